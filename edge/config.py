@@ -1,0 +1,259 @@
+"""Settings: flags, then ``EDGECLOUD_*`` environment variables, then a TOML file, then defaults.
+
+One pydantic model holds every section so ``edgecloud serve --print-config`` can show the merged
+result (secrets masked) and every part of the gateway reads its settings from one place.
+Environment variables name a section and a field: ``EDGECLOUD_EDGE_N_CTX=4096`` sets
+``[edge] n_ctx``. The common cloud case needs no file: ``EDGECLOUD_CLOUD_BASE_URL``,
+``EDGECLOUD_CLOUD_API_KEY`` and ``EDGECLOUD_CLOUD_MODEL`` configure the first provider.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, SecretStr
+
+from cloud_bridge.config import CloudConfig, ProviderConfig
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10 (JetPack 6)
+    import tomli as tomllib
+
+ENV_PREFIX = "EDGECLOUD_"
+ROUTE_NAMES = ("edgecloud-auto", "edgecloud-edge", "edgecloud-cloud")
+
+
+def default_data_dir() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "edgecloud"
+
+
+class ServerConfig(BaseModel):
+    host: str = "127.0.0.1"
+    port: int = 8080
+    data_dir: Path = Field(default_factory=default_data_dir)
+    max_body_bytes: int = 1024 * 1024
+    admin_token: SecretStr | None = None
+    cors_origins: list[str] = Field(default_factory=list)
+    # uvicorn/h11 limits, set deliberately (see SECURITY.md).
+    limit_concurrency: int = 256
+    backlog: int = 128
+    timeout_keep_alive_s: int = 5
+    h11_max_incomplete_event_size: int = 64 * 1024
+    # How long a request may take end to end before the gateway gives up on it.
+    request_deadline_s: float = 120.0
+
+
+class EdgeModelConfig(BaseModel):
+    """The local llama.cpp model. ``model_path`` empty means the embedded SmolLM2 file."""
+
+    model_path: Path | None = None
+    model_version: str = ""
+    n_ctx: int = 2048
+    n_threads: int | None = None  # None: every core (see edge/local_model.py for why)
+    n_threads_batch: int | None = None
+    n_batch: int = 512
+    n_ubatch: int = 512
+    n_gpu_layers: int = 0  # -1 = every layer (the Jetson default)
+    max_queue: int = 8
+    default_max_tokens: int = 256
+    max_tokens_limit: int = 4096
+    chat_format: str | None = None  # None: the template stored in the GGUF
+    flash_attn: bool = False
+    use_mlock: bool = False
+    warmup: bool = True
+
+
+class RouterConfig(BaseModel):
+    allow_override: bool = True
+    intent_model_dir: Path | None = None  # None: the classifier shipped in the package
+    confidence_threshold: float = 0.80
+    max_prompt_share: float = 0.30
+    scenario: Literal["realtime", "generation", "batch"] = "realtime"
+    hedge: bool = True
+    hedge_delay_s: float | None = None  # None: the cloud's live P95 time to first token
+    hedge_delay_min_s: float = 0.25
+    hedge_delay_default_s: float = 1.5
+
+
+class CacheConfig(BaseModel):
+    enabled: bool = True
+    directory: Path | None = None  # None: <data_dir>/cache
+    size_limit_bytes: int = 256 * 1024 * 1024
+    default_ttl_s: float = 24 * 3600.0
+    knowledge_version: str = "1"
+    max_cacheable_temperature: float = 0.3
+    allow_high_temperature: bool = False
+    faq_paths: list[Path] = Field(default_factory=list)
+    semantic: bool = False
+    semantic_threshold: float = 0.90
+
+
+class SlaTarget(BaseModel):
+    ttft_p99_s: float = 3.0
+    availability: float = 0.999
+    # Provider maintenance windows excluded from the SLA: ISO-8601 "start/end" intervals.
+    exclusions: list[str] = Field(default_factory=list)
+
+
+class MetricsConfig(BaseModel):
+    enabled: bool = True
+    sla_retention_days: int = 14
+    sla_max_bytes: int = 64 * 1024 * 1024
+    sla: dict[str, SlaTarget] = Field(default_factory=dict)
+    tegrastats_cmd: list[str] = Field(default_factory=lambda: ["tegrastats", "--interval", "5000"])
+
+
+class FleetConfig(BaseModel):
+    enabled: bool = False
+    repository_url: str = ""
+    trusted_root: Path | None = None
+    hardware: str = "any"
+    channel: str = "stable"
+    check_interval_s: float = 3600.0
+    check_jitter_s: float = 600.0
+    keep_versions: int = 2
+
+
+class LoggingConfig(BaseModel):
+    level: str = "INFO"
+    json_logs: bool = True
+    log_prompts: bool = False
+
+
+class Settings(BaseModel):
+    server: ServerConfig = Field(default_factory=ServerConfig)
+    edge: EdgeModelConfig = Field(default_factory=EdgeModelConfig)
+    # Operator aliases: a kiosk's hard-coded model name -> one of ROUTE_NAMES.
+    aliases: dict[str, str] = Field(default_factory=dict)
+    router: RouterConfig = Field(default_factory=RouterConfig)
+    cloud: CloudConfig = Field(default_factory=CloudConfig)
+    cache: CacheConfig = Field(default_factory=CacheConfig)
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+    fleet: FleetConfig = Field(default_factory=FleetConfig)
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
+
+    def resolve_model_name(self, name: str | None) -> str | None:
+        """The route name a requested model maps to, or None if the name is unknown."""
+        if not name:
+            return "edgecloud-auto"
+        if name in ROUTE_NAMES:
+            return name
+        target = self.aliases.get(name)
+        return target if target in ROUTE_NAMES else None
+
+    def masked(self) -> dict[str, Any]:
+        """The settings as plain data with every secret replaced by ``**********``."""
+        return json.loads(self.model_dump_json())  # SecretStr dumps as '**********'
+
+
+_SECTION_FIELDS = {name: field.annotation for name, field in Settings.model_fields.items()}
+
+
+def _set_path(tree: dict[str, Any], section: str, key: str, value: Any) -> None:
+    tree.setdefault(section, {})[key] = value
+
+
+def _parse_env_value(raw: str) -> Any:
+    """JSON where it parses (numbers, booleans, lists), else the raw string."""
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw
+
+
+def env_overrides(environ: dict[str, str] | None = None) -> dict[str, Any]:
+    environ = dict(os.environ if environ is None else environ)
+    tree: dict[str, Any] = {}
+    cloud_single = {}
+    for full, raw in environ.items():
+        if not full.startswith(ENV_PREFIX):
+            continue
+        rest = full[len(ENV_PREFIX):].lower()
+        if rest in ("cloud_base_url", "cloud_api_key", "cloud_model"):
+            cloud_single[rest.removeprefix("cloud_")] = raw
+            continue
+        for section, model in Settings.model_fields.items():
+            if not rest.startswith(section + "_"):
+                continue
+            key = rest[len(section) + 1:]
+            annotation = model.annotation
+            fields = getattr(annotation, "model_fields", None)
+            if fields is not None and key in fields:
+                value: Any = raw if _is_str_field(fields[key].annotation) else _parse_env_value(raw)
+                _set_path(tree, section, key, value)
+            break
+        else:
+            if rest == "aliases":
+                tree["aliases"] = json.loads(raw)
+    if cloud_single.get("base_url"):
+        provider = {"name": "default", **cloud_single}
+        tree.setdefault("cloud", {})["providers"] = [provider]
+    return tree
+
+
+def _is_str_field(annotation: Any) -> bool:
+    text = str(annotation)
+    return annotation is str or annotation is SecretStr or text in (
+        "str | None", "typing.Optional[str]", "pydantic.types.SecretStr | None"
+    ) or "SecretStr" in text
+
+
+def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict) and key != "aliases":
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def load_settings(
+    config_file: Path | str | None = None,
+    flags: dict[str, Any] | None = None,
+    environ: dict[str, str] | None = None,
+) -> Settings:
+    """Merge defaults < TOML file < environment < flags into one validated ``Settings``."""
+    tree: dict[str, Any] = {}
+    env = dict(os.environ if environ is None else environ)
+    path = config_file or env.get("EDGECLOUD_CONFIG")
+    if path:
+        with open(path, "rb") as fh:
+            tree = tomllib.load(fh)
+    env_tree = env_overrides(env)
+    # A single-provider env config is put in front of any providers listed in the file.
+    if "cloud" in env_tree and "providers" in env_tree["cloud"] and "cloud" in tree:
+        file_providers = tree["cloud"].get("providers", [])
+        env_provider = env_tree["cloud"]["providers"][0]
+        env_tree["cloud"]["providers"] = [env_provider, *[
+            p for p in file_providers if p.get("name") != env_provider["name"]
+        ]]
+    tree = _deep_merge(tree, env_tree)
+    for dotted, value in (flags or {}).items():
+        if value is None:
+            continue
+        section, key = dotted.split(".", 1)
+        _set_path(tree, section, key, value)
+    return Settings.model_validate(tree)
+
+
+__all__ = [
+    "ROUTE_NAMES",
+    "CacheConfig",
+    "CloudConfig",
+    "EdgeModelConfig",
+    "FleetConfig",
+    "LoggingConfig",
+    "MetricsConfig",
+    "ProviderConfig",
+    "RouterConfig",
+    "ServerConfig",
+    "Settings",
+    "load_settings",
+]
