@@ -3,9 +3,21 @@
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, Field, SecretStr
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10 (JetPack 6)
+    import tomli as tomllib
+
+ENV_BASE_URL = "EDGECLOUD_CLOUD_BASE_URL"
+ENV_API_KEY = "EDGECLOUD_CLOUD_API_KEY"
+ENV_MODEL = "EDGECLOUD_CLOUD_MODEL"
 
 
 class ProviderConfig(BaseModel):
@@ -45,6 +57,12 @@ class ProviderConfig(BaseModel):
     price_input_per_mtok: float = 0.15
     price_output_per_mtok: float = 0.60
     max_response_bytes: int = 8 * 1024 * 1024
+    # False: ask the upstream for a plain JSON answer (for APIs whose streaming is broken);
+    # the bridge then yields the whole text as one delta and cannot time the first token.
+    stream: bool = True
+    retry_statuses: list[int] = Field(default_factory=lambda: [429, 500, 502, 503, 504])
+    # Extra headers some gateways need (e.g. an organisation id). Never put the key here.
+    extra_headers: dict[str, str] = Field(default_factory=dict)
 
     def resolved_api_key(self) -> str | None:
         """The key to send, looked up at call time so a rotated key file takes effect."""
@@ -63,9 +81,46 @@ class ProviderConfig(BaseModel):
 
 
 class CloudConfig(BaseModel):
+    """Every upstream the bridge may use, first = preferred; later ones take over when it fails."""
+
     providers: list[ProviderConfig] = Field(default_factory=list)
     warmup: bool = True
+    keep_warm: bool = True
+    # How many recent successful calls feed the live TTFT quantile the router hedges on.
+    ttft_window: int = 200
+    # Our own resolver cache (see cloud_bridge/timings.py): DNS is timed once per TTL per host.
+    dns_cache_ttl_s: float = 60.0
 
     @property
     def enabled(self) -> bool:
         return any(p.base_url for p in self.providers)
+
+    @classmethod
+    def from_env_and_toml(
+        cls, path: Path | str | None = None, environ: Mapping[str, str] | None = None
+    ) -> CloudConfig:
+        """Build the config the way the gateway does, without importing ``edge``.
+
+        ``path`` (or ``EDGECLOUD_CONFIG``) is a TOML file whose ``[cloud]`` section (with
+        ``[[cloud.providers]]`` tables) is read; ``EDGECLOUD_CLOUD_BASE_URL`` / ``_API_KEY`` /
+        ``_MODEL`` then define a provider named ``default`` that goes first, replacing a file
+        provider of the same name. This lets ``edgecloud diagnose cloud`` run on a kiosk with
+        only the three environment variables set.
+        """
+        env = os.environ if environ is None else environ
+        section: dict[str, Any] = {}
+        chosen = path or env.get("EDGECLOUD_CONFIG")
+        if chosen:
+            with open(chosen, "rb") as fh:
+                section = dict(tomllib.load(fh).get("cloud", {}))
+        providers: list[dict[str, Any]] = list(section.get("providers", []))
+        base_url = env.get(ENV_BASE_URL)
+        if base_url:
+            single: dict[str, Any] = {"name": "default", "base_url": base_url}
+            if env.get(ENV_API_KEY):
+                single["api_key"] = env[ENV_API_KEY]
+            if env.get(ENV_MODEL):
+                single["model"] = env[ENV_MODEL]
+            providers = [single, *[p for p in providers if p.get("name") != "default"]]
+        section["providers"] = providers
+        return cls.model_validate(section)

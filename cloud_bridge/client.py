@@ -1,0 +1,737 @@
+"""The cloud bridge: one pooled HTTP/2 client per provider, retries, breakers, fail-over, phases.
+
+Why this shape: an escalated kiosk request should pay neither a fresh TCP+TLS handshake (the
+clients are long-lived, warmed at start-up and kept warm while idle) nor an unlucky provider
+(retries with jittered back-off under a budget, a breaker per provider, fail-over in priority
+order). Retrying is only safe while nothing has reached the kiosk yet, so every retry decision
+happens before the first :class:`ContentDelta` is yielded; after it, a failure is raised with
+``before_first_token=False`` and the router decides.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import math
+import random
+import ssl
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import httpx
+
+from cloud_bridge.breaker import CircuitBreaker
+from cloud_bridge.config import CloudConfig, ProviderConfig
+from cloud_bridge.errors import BREAKER_KINDS, CloudError
+from cloud_bridge.redact import RedactingFilter, Redactor, safe_url
+from cloud_bridge.retry import RetryBudget, full_jitter_backoff, parse_retry_after
+from cloud_bridge.sse import SSEParser
+from cloud_bridge.timings import CallTimings, DnsCache, PhaseTrace
+
+log = logging.getLogger("cloud_bridge")
+
+_ERROR_BODY_LIMIT = 64 * 1024
+_REQUEST_ID_HEADERS = ("x-request-id", "request-id", "x-amzn-requestid", "x-dashscope-request-id", "trace-id")
+_RETRYABLE_ERROR_WORDS = ("overload", "server_error", "rate_limit", "unavailable", "timeout", "internal")
+
+
+@dataclass
+class ContentDelta:
+    """One piece of assistant text, passed on to the kiosk as it arrives."""
+
+    text: str
+
+
+@dataclass
+class StreamDone:
+    """The last item of a successful stream: how it ended and what it cost."""
+
+    finish_reason: str
+    usage: dict[str, Any] | None
+    provider: str
+    model: str
+    upstream_request_id: str | None
+    timings: CallTimings
+
+
+@dataclass
+class CallRecord:
+    """One upstream attempt (``logical=False``) or the whole call (``logical=True``), for metrics/SLA."""
+
+    provider: str | None
+    ok: bool
+    status: int | None
+    error_kind: str | None
+    timings: CallTimings
+    retried: bool
+    was_429: bool
+    breaker_state: str
+    request_id: str = ""
+    logical: bool = False
+    attempt: int = 0
+    cancelled: bool = False
+    usage: dict[str, Any] | None = None
+
+
+@dataclass
+class _Provider:
+    """Runtime state of one configured upstream (lives as long as the bridge)."""
+
+    cfg: ProviderConfig
+    breaker: CircuitBreaker
+    budget: RetryBudget
+    client: httpx.AsyncClient | None = None
+    chat_url: httpx.URL | None = None
+    models_url: httpx.URL | None = None
+    last_used: float = field(default_factory=time.monotonic)
+
+    @property
+    def name(self) -> str:
+        return self.cfg.name
+
+
+def _endpoint(base_url: str, suffix: str) -> httpx.URL:
+    """``{base}/suffix`` keeping any query string of the base (some gateways need one)."""
+    url = httpx.URL(base_url)
+    return url.copy_with(path=url.path.rstrip("/") + "/" + suffix)
+
+
+def _verify(value: bool | str) -> bool | ssl.SSLContext:
+    """A CA bundle path becomes an SSLContext (httpx 0.28 deprecates ``verify=<path>``)."""
+    if isinstance(value, str):
+        return ssl.create_default_context(cafile=value)
+    return value
+
+
+class CloudBridge:
+    """Client of every configured OpenAI-compatible upstream; create in the app lifespan."""
+
+    def __init__(
+        self,
+        config: CloudConfig,
+        on_call: Callable[[CallRecord], None] | None = None,
+        *,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.config = config
+        self._on_call = on_call
+        self._rng = rng or random.Random()
+        self._dns = DnsCache(config.dns_cache_ttl_s)
+        self._providers = [
+            _Provider(
+                cfg=p,
+                breaker=CircuitBreaker(
+                    consecutive=p.breaker_consecutive_failures,
+                    error_rate=p.breaker_error_rate,
+                    window_s=p.breaker_window_s,
+                    min_calls=p.breaker_min_calls,
+                    open_s=p.breaker_open_s,
+                ),
+                budget=RetryBudget(ratio=p.retry_budget_ratio),
+            )
+            for p in config.providers
+            if p.base_url
+        ]
+        self._redact = Redactor(p.resolved_api_key() for p in config.providers)
+        self._log_filter = RedactingFilter(self._redact)
+        self._ttfts: deque[float] = deque(maxlen=max(1, config.ttft_window))
+        self._keep_warm_task: asyncio.Task[None] | None = None
+        self._started = False
+
+    # ----------------------------------------------------------------- lifecycle
+    async def start(self) -> None:
+        """Create the pooled clients, open one warm connection per provider, start keep-warm."""
+        self._ensure_clients()
+        for name in ("httpx", "httpcore"):
+            logging.getLogger(name).addFilter(self._log_filter)
+        if self.config.warmup and self._providers:
+            await asyncio.gather(*(self._probe(p) for p in self._providers))
+        if self.config.keep_warm and self._providers and self._keep_warm_task is None:
+            self._keep_warm_task = asyncio.create_task(self._keep_warm_loop(), name="cloud-keep-warm")
+
+    async def aclose(self) -> None:
+        if self._keep_warm_task is not None:
+            self._keep_warm_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._keep_warm_task
+            self._keep_warm_task = None
+        for prov in self._providers:
+            if prov.client is not None:
+                await prov.client.aclose()
+                prov.client = None
+        for name in ("httpx", "httpcore"):
+            logging.getLogger(name).removeFilter(self._log_filter)
+        self._started = False
+
+    def _ensure_clients(self) -> None:
+        if self._started:
+            return
+        for prov in self._providers:
+            cfg = prov.cfg
+            self._redact.add(cfg.resolved_api_key())
+            prov.chat_url = _endpoint(cfg.base_url, "chat/completions")
+            prov.models_url = _endpoint(cfg.base_url, "models")
+            prov.client = httpx.AsyncClient(
+                http2=cfg.http2,
+                verify=_verify(cfg.verify_tls),
+                limits=httpx.Limits(
+                    max_connections=cfg.max_connections,
+                    max_keepalive_connections=cfg.max_connections,
+                    keepalive_expiry=cfg.keepalive_expiry_s,
+                ),
+                timeout=httpx.Timeout(
+                    connect=cfg.connect_timeout_s, read=None, write=cfg.connect_timeout_s,
+                    pool=cfg.connect_timeout_s,
+                ),
+                follow_redirects=False,
+            )
+        self._started = True
+
+    # ----------------------------------------------------------------- state for the router
+    @property
+    def enabled(self) -> bool:
+        """At least one provider is configured."""
+        return bool(self._providers)
+
+    def available(self) -> bool:
+        """Some provider is configured and its breaker would let a call through now."""
+        return any(p.breaker.would_allow() for p in self._providers)
+
+    def breaker_states(self) -> dict[str, str]:
+        return {p.name: p.breaker.state for p in self._providers}
+
+    def ttft_quantile_s(self, q: float = 0.95) -> float | None:
+        """Live time-to-first-token quantile over recent successes (what the router hedges on)."""
+        if not self._ttfts:
+            return None
+        ordered = sorted(self._ttfts)
+        index = min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))
+        return ordered[index]
+
+    def redact(self, text: str) -> str:
+        """Mask every configured key (and key-looking strings) in ``text``."""
+        return self._redact(text)
+
+    # ----------------------------------------------------------------- calls
+    async def complete_chat(
+        self,
+        body: dict[str, Any],
+        *,
+        request_id: str,
+        route_model: str = "edgecloud-cloud",
+        deadline_s: float | None = None,
+    ) -> tuple[str, StreamDone]:
+        """Whole answer at once (same retries and fail-over as streaming, which it is built on)."""
+        parts: list[str] = []
+        done: StreamDone | None = None
+        async with contextlib.aclosing(
+            self.stream_chat(body, request_id=request_id, route_model=route_model, deadline_s=deadline_s)
+        ) as stream:
+            async for item in stream:
+                if isinstance(item, ContentDelta):
+                    parts.append(item.text)
+                else:
+                    done = item
+        if done is None:  # pragma: no cover - stream_chat always ends with StreamDone or raises
+            raise CloudError("bad_response", "the upstream stream ended without a result")
+        return "".join(parts), done
+
+    async def stream_chat(
+        self,
+        body: dict[str, Any],
+        *,
+        request_id: str,
+        route_model: str = "edgecloud-cloud",
+        deadline_s: float | None = None,
+    ) -> AsyncIterator[ContentDelta | StreamDone]:
+        """Yield the answer's text as it arrives, then one :class:`StreamDone`.
+
+        Retries and fail-over happen only before the first ContentDelta. Closing this iterator
+        (or cancelling the task) closes the upstream response at once.
+        """
+        self._ensure_clients()
+        call_start = time.perf_counter()
+        call_deadline = call_start + deadline_s if deadline_s is not None else math.inf
+        if not self._providers:
+            raise CloudError("no_provider", "no cloud provider is configured", retryable=False)
+        attempts = 0
+        yielded = False
+        retried = False
+        last_error: CloudError | None = None
+        final_timings = CallTimings()
+        for prov in self._providers:
+            if not prov.breaker.allow():
+                last_error = CloudError(
+                    "breaker_open", f"provider {prov.name} is unavailable (circuit open)",
+                    provider=prov.name, retryable=True,
+                )
+                continue
+            prov.budget.on_request()
+            retry_index = 0
+            while True:
+                attempts += 1
+                start_ms = (time.perf_counter() - call_start) * 1e3
+                timings = CallTimings(attempts=attempts, attempt_start_ms=start_ms)
+                final_timings = timings
+                status: int | None = None
+                try:
+                    done: StreamDone | None = None
+                    async with contextlib.aclosing(
+                        self._attempt(prov, body, request_id, route_model, call_start, call_deadline, timings)
+                    ) as agen:
+                        async for item in agen:
+                            if isinstance(item, ContentDelta):
+                                yielded = True
+                                yield item
+                            else:
+                                done = item
+                    assert done is not None
+                    status = 200
+                except CloudError as err:
+                    err.before_first_token = not yielded
+                    err.provider = prov.name
+                    timings.total_ms = (time.perf_counter() - call_start) * 1e3
+                    if err.kind in BREAKER_KINDS:
+                        prov.breaker.record_failure()
+                    else:
+                        prov.breaker.release()
+                    self._emit(CallRecord(
+                        provider=prov.name, ok=False, status=err.status, error_kind=err.kind, timings=timings,
+                        retried=retry_index > 0 or prov is not self._providers[0], was_429=err.status == 429,
+                        breaker_state=prov.breaker.state, request_id=request_id, attempt=attempts,
+                    ))
+                    last_error = err
+                    if yielded:
+                        self._emit_logical(prov.name, err, timings, retried, request_id)
+                        raise
+                    delay = self._retry_delay(prov, err, retry_index, call_deadline)
+                    if delay is None:
+                        break  # fail over to the next provider
+                    retried = True
+                    retry_index += 1
+                    await asyncio.sleep(delay)
+                    if not prov.breaker.allow():
+                        last_error = CloudError(
+                            "breaker_open", f"provider {prov.name} is unavailable (circuit open)",
+                            provider=prov.name, retryable=True,
+                        )
+                        break
+                    continue
+                except BaseException:
+                    # The caller went away (aclose / cancellation): no verdict on the provider.
+                    prov.breaker.release()
+                    timings.total_ms = (time.perf_counter() - call_start) * 1e3
+                    self._emit(CallRecord(
+                        provider=prov.name, ok=False, status=status, error_kind=None, timings=timings,
+                        retried=retried, was_429=False, breaker_state=prov.breaker.state,
+                        request_id=request_id, attempt=attempts, cancelled=True,
+                    ))
+                    raise
+                # success
+                prov.breaker.record_success()
+                timings.total_ms = (time.perf_counter() - call_start) * 1e3
+                if timings.first_token_ms is not None:
+                    self._ttfts.append(timings.first_token_ms / 1e3)
+                record = CallRecord(
+                    provider=prov.name, ok=True, status=200, error_kind=None, timings=timings,
+                    retried=retried, was_429=False, breaker_state=prov.breaker.state,
+                    request_id=request_id, attempt=attempts, usage=done.usage,
+                )
+                self._emit(record)
+                self._emit(CallRecord(**{**record.__dict__, "logical": True}))
+                yield done
+                return
+        error = last_error or CloudError("no_provider", "no cloud provider is available")
+        error.before_first_token = True
+        final_timings.total_ms = (time.perf_counter() - call_start) * 1e3
+        self._emit_logical(error.provider, error, final_timings, retried, request_id)
+        raise error
+
+    def _retry_delay(
+        self, prov: _Provider, err: CloudError, retry_index: int, call_deadline: float
+    ) -> float | None:
+        """Seconds to wait before retrying the same provider, or None to move on."""
+        cfg = prov.cfg
+        if not err.retryable or retry_index >= cfg.max_retries:
+            return None
+        if prov.breaker.state == "open":
+            return None
+        delay = full_jitter_backoff(retry_index, cfg.backoff_base_s, cfg.backoff_max_s, self._rng)
+        if err.retry_after_s is not None:
+            delay = max(delay, err.retry_after_s)
+        remaining = call_deadline - time.perf_counter()
+        if delay >= remaining or delay > cfg.total_timeout_s:
+            return None  # waiting would eat the deadline: better to fail over now
+        if not prov.budget.try_retry():
+            return None
+        return delay
+
+    def _emit(self, record: CallRecord) -> None:
+        if self._on_call is None:
+            return
+        try:
+            self._on_call(record)
+        except Exception:  # a metrics bug must not fail a kiosk request
+            log.exception("on_call callback failed")
+
+    def _emit_logical(
+        self, provider: str | None, err: CloudError, timings: CallTimings, retried: bool, request_id: str
+    ) -> None:
+        prov = next((p for p in self._providers if p.name == provider), None)
+        self._emit(CallRecord(
+            provider=provider, ok=False, status=err.status, error_kind=err.kind, timings=timings,
+            retried=retried, was_429=err.status == 429,
+            breaker_state=prov.breaker.state if prov else "closed", request_id=request_id,
+            logical=True, attempt=timings.attempts,
+        ))
+
+    # ----------------------------------------------------------------- one attempt
+    def _payload(self, cfg: ProviderConfig, body: dict[str, Any], route_model: str) -> dict[str, Any]:
+        payload = {k: v for k, v in body.items() if k not in ("model", "stream", "stream_options")}
+        payload["model"] = cfg.model_map.get(route_model, cfg.model)
+        if cfg.stream:
+            payload["stream"] = True
+            payload["stream_options"] = {"include_usage": True}
+        else:
+            payload["stream"] = False
+        return payload
+
+    def _headers(self, cfg: ProviderConfig, request_id: str) -> dict[str, str]:
+        headers = dict(cfg.extra_headers)
+        headers["x-request-id"] = request_id
+        headers["accept"] = "text/event-stream" if cfg.stream else "application/json"
+        key = cfg.resolved_api_key()
+        if key:
+            self._redact.add(key)
+            headers["authorization"] = f"Bearer {key}"
+        return headers
+
+    def _fail(self, kind: str, message: str, **kwargs: Any) -> CloudError:
+        return CloudError(kind, self._redact(message), **kwargs)
+
+    async def _attempt(
+        self,
+        prov: _Provider,
+        body: dict[str, Any],
+        request_id: str,
+        route_model: str,
+        call_start: float,
+        call_deadline: float,
+        timings: CallTimings,
+    ) -> AsyncIterator[ContentDelta | StreamDone]:
+        cfg = prov.cfg
+        assert prov.client is not None and prov.chat_url is not None
+        prov.last_used = time.monotonic()
+        attempt_start = time.perf_counter()
+        hard = min(call_deadline, attempt_start + cfg.total_timeout_s)
+        ttft_deadline = attempt_start + cfg.ttft_timeout_s
+        trace = PhaseTrace(call_start, timings, self._dns)
+        payload = self._payload(cfg, body, route_model)
+        connect_timeout = max(0.001, min(cfg.connect_timeout_s, hard - attempt_start))
+        request = prov.client.build_request(
+            "POST", prov.chat_url, json=payload, headers=self._headers(cfg, request_id),
+            extensions={"trace": trace},
+            timeout=httpx.Timeout(connect_timeout, read=None),
+        )
+
+        def first_limit() -> tuple[float, str]:
+            return (ttft_deadline, "timeout_ttft") if ttft_deadline <= hard else (hard, "timeout_total")
+
+        limit, kind = first_limit()
+        response: httpx.Response | None = None
+        try:
+            with anyio.move_on_after(limit - time.perf_counter()) as scope:
+                response = await prov.client.send(request, stream=True)
+            if scope.cancelled_caught or response is None:
+                raise self._timeout(kind, cfg, "waiting for response headers")
+            timings.connection_reused = not trace.new_connection
+            timings.http_version = response.http_version
+            if timings.first_byte_ms is None:
+                timings.first_byte_ms = trace.ms()
+            upstream_id = next(
+                (response.headers[h] for h in _REQUEST_ID_HEADERS if h in response.headers), None
+            )
+            if response.status_code != 200:
+                raise await self._status_error(response, limit, kind, cfg)
+            if not cfg.stream:
+                async with contextlib.aclosing(
+                    self._read_json(prov, response, trace, limit, kind, upstream_id, payload["model"])
+                ) as whole:
+                    async for item in whole:
+                        yield item
+                return
+            async with contextlib.aclosing(self._read_sse(
+                prov, response, trace, ttft_deadline, hard, upstream_id, payload["model"]
+            )) as events:
+                async for item in events:
+                    yield item
+        except httpx.ConnectTimeout as exc:
+            raise self._fail("timeout_connect", f"connect to {safe_url(cfg.base_url)} timed out") from exc
+        except httpx.PoolTimeout as exc:
+            raise self._fail("timeout_connect", "no free connection to the provider in time") from exc
+        except httpx.ConnectError as exc:
+            raise self._fail("connect", f"cannot connect to {safe_url(cfg.base_url)}: {exc}") from exc
+        except (httpx.NetworkError, httpx.ProtocolError) as exc:
+            message = f"connection to the provider failed: {type(exc).__name__}: {exc}"
+            raise self._fail("connect", message) from exc
+        except httpx.TimeoutException as exc:
+            raise self._fail("timeout_total", f"provider timed out: {exc}") from exc
+        except httpx.DecodingError as exc:
+            raise self._fail("bad_response", f"undecodable response body: {exc}") from exc
+        finally:
+            if response is not None:
+                await response.aclose()
+
+    def _timeout(self, kind: str, cfg: ProviderConfig, what: str) -> CloudError:
+        budget = {
+            "timeout_ttft": f"time-to-first-token limit {cfg.ttft_timeout_s:g}s",
+            "timeout_gap": f"inter-token gap limit {cfg.max_gap_s:g}s",
+            "timeout_total": "total deadline",
+        }[kind]
+        return self._fail(kind, f"provider {cfg.name} exceeded the {budget} while {what}", status=None)
+
+    async def _read_limited(self, response: httpx.Response, limit_bytes: int, until: float) -> bytes | None:
+        """Up to ``limit_bytes`` of the body before ``until``; None when the body is larger."""
+        chunks: list[bytes] = []
+        size = 0
+        iterator = response.aiter_bytes()
+        while True:
+            with anyio.move_on_after(max(0.0, until - time.perf_counter())) as scope:
+                try:
+                    chunk: bytes | None = await iterator.__anext__()
+                except StopAsyncIteration:
+                    chunk = None
+            if scope.cancelled_caught:
+                raise TimeoutError
+            if chunk is None:
+                return b"".join(chunks)
+            size += len(chunk)
+            if size > limit_bytes:
+                return None
+            chunks.append(chunk)
+
+    async def _status_error(
+        self, response: httpx.Response, until: float, kind: str, cfg: ProviderConfig
+    ) -> CloudError:
+        status = response.status_code
+        retry_after = parse_retry_after(response.headers)
+        message = f"provider {cfg.name} answered HTTP {status}"
+        try:
+            raw = await self._read_limited(response, _ERROR_BODY_LIMIT, until)
+        except TimeoutError:
+            raw = b""
+        if raw:
+            detail = _error_message(raw)
+            if detail:
+                message += f": {detail}"
+        if status == 429:
+            err_kind, retryable = "rate_limited", True
+        elif status >= 500:
+            err_kind, retryable = "server_error", status in cfg.retry_statuses
+        elif status in (401, 403):
+            err_kind, retryable = "auth", False
+        elif status == 413:
+            err_kind, retryable = "too_large", False
+        else:
+            err_kind, retryable = "upstream_error", status in cfg.retry_statuses
+        return self._fail(err_kind, message, status=status, retry_after_s=retry_after, retryable=retryable)
+
+    async def _read_json(
+        self,
+        prov: _Provider,
+        response: httpx.Response,
+        trace: PhaseTrace,
+        until: float,
+        kind: str,
+        upstream_id: str | None,
+        requested_model: str,
+    ) -> AsyncIterator[ContentDelta | StreamDone]:
+        cfg = prov.cfg
+        try:
+            raw = await self._read_limited(response, cfg.max_response_bytes, until)
+        except TimeoutError:
+            raise self._timeout(kind, cfg, "reading the response body") from None
+        if raw is None:
+            message = f"response larger than {cfg.max_response_bytes} bytes"
+            raise self._fail("too_large", message, retryable=False)
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            raise self._fail("bad_response", "response is not JSON", status=200) from None
+        if not isinstance(data, dict):
+            raise self._fail("bad_response", "response is not a JSON object", status=200)
+        if "error" in data:
+            raise self._upstream_error(data["error"])
+        try:
+            choice = data["choices"][0]
+            text = choice.get("message", {}).get("content") or ""
+            finish = choice.get("finish_reason") or "stop"
+        except (KeyError, IndexError, TypeError, AttributeError):
+            raise self._fail("bad_response", "response has no choices", status=200) from None
+        now_ms = trace.ms()
+        trace.timings.first_token_ms = trace.timings.last_token_ms = now_ms
+        if text:
+            yield ContentDelta(text)
+        yield StreamDone(
+            finish_reason=finish, usage=data.get("usage"), provider=cfg.name,
+            model=data.get("model") or requested_model,
+            upstream_request_id=upstream_id or data.get("id"), timings=trace.timings,
+        )
+
+    def _upstream_error(self, obj: Any) -> CloudError:
+        """An error object inside a 200 answer; retryable when it says overload/server error."""
+        if isinstance(obj, dict):
+            message = str(obj.get("message") or "upstream error")
+            words = f"{obj.get('type', '')} {obj.get('code', '')}".lower()
+        else:
+            message, words = str(obj), ""
+        retryable = any(w in words for w in _RETRYABLE_ERROR_WORDS)
+        return self._fail("upstream_error", f"upstream error in stream: {message}", status=200,
+                          retryable=retryable)
+
+    async def _read_sse(
+        self,
+        prov: _Provider,
+        response: httpx.Response,
+        trace: PhaseTrace,
+        ttft_deadline: float,
+        hard: float,
+        upstream_id: str | None,
+        requested_model: str,
+    ) -> AsyncIterator[ContentDelta | StreamDone]:
+        cfg = prov.cfg
+        timings = trace.timings
+        parser = SSEParser()
+        received = 0
+        got_token = False
+        last_token = 0.0
+        finish_reason: str | None = None
+        usage: dict[str, Any] | None = None
+        model = requested_model
+        saw_done = False
+        iterator = response.aiter_bytes()
+        while not saw_done:
+            phase, kind = (last_token + cfg.max_gap_s, "timeout_gap") if got_token else (
+                ttft_deadline, "timeout_ttft"
+            )
+            limit = phase
+            if hard < phase:
+                limit, kind = hard, "timeout_total"
+            with anyio.move_on_after(limit - time.perf_counter()) as scope:
+                try:
+                    chunk: bytes | None = await iterator.__anext__()
+                except StopAsyncIteration:
+                    chunk = None
+            if scope.cancelled_caught:
+                raise self._timeout(kind, cfg, "streaming" if got_token else "waiting for the first token")
+            if chunk is None:
+                break
+            received += len(chunk)
+            if received > cfg.max_response_bytes:
+                raise self._fail("too_large", f"stream larger than {cfg.max_response_bytes} bytes",
+                                 retryable=False)
+            for event in parser.feed(chunk):
+                data = event.data.strip()
+                if data == "[DONE]":
+                    saw_done = True
+                    break
+                try:
+                    obj = json.loads(data)
+                except ValueError:
+                    raise self._fail("bad_response", "malformed SSE event (not JSON)", status=200) from None
+                if not isinstance(obj, dict):
+                    raise self._fail("bad_response", "malformed SSE event (not an object)", status=200)
+                if event.event == "error" or "error" in obj:
+                    raise self._upstream_error(obj.get("error", obj))
+                if upstream_id is None and isinstance(obj.get("id"), str):
+                    upstream_id = obj["id"]
+                if isinstance(obj.get("model"), str) and obj["model"]:
+                    model = obj["model"]
+                if isinstance(obj.get("usage"), dict):
+                    usage = obj["usage"]
+                for choice in obj.get("choices") or ():
+                    if not isinstance(choice, dict):
+                        continue
+                    delta = choice.get("delta") or {}
+                    text = delta.get("content") if isinstance(delta, dict) else None
+                    if choice.get("finish_reason"):
+                        finish_reason = choice["finish_reason"]
+                    if text:
+                        now = time.perf_counter()
+                        if not got_token:
+                            timings.first_token_ms = trace.ms(now)
+                            got_token = True
+                        timings.last_token_ms = trace.ms(now)
+                        last_token = now
+                        yield ContentDelta(text)
+        if saw_done:
+            await self._drain_tail(iterator, hard)
+        if not saw_done and finish_reason is None:
+            raise self._fail("connect", "the upstream stream ended before it finished", status=200)
+        if not saw_done and parser.pending_bytes:
+            raise self._fail("bad_response", "the upstream stream ended inside an event", status=200)
+        yield StreamDone(
+            finish_reason=finish_reason or "stop", usage=usage, provider=cfg.name, model=model,
+            upstream_request_id=upstream_id, timings=timings,
+        )
+
+    @staticmethod
+    async def _drain_tail(iterator: AsyncIterator[bytes], hard: float) -> None:
+        """Read what follows ``[DONE]`` (the chunked terminator) so the connection returns to the pool.
+
+        Closing an HTTP/1.1 response with unread body makes httpcore drop the connection, and the
+        next escalation would pay a new handshake.
+        """
+        with anyio.move_on_after(max(0.0, min(0.5, hard - time.perf_counter()))):
+            with contextlib.suppress(httpx.HTTPError):
+                async for _ in iterator:
+                    pass
+
+    # ----------------------------------------------------------------- warm connections
+    async def _probe(self, prov: _Provider) -> None:
+        """GET /models: any answer (even 401/404) leaves a warm, pooled connection behind."""
+        if prov.client is None or prov.models_url is None:
+            return
+        headers = {"x-request-id": "edgecloud-keep-warm"}
+        key = prov.cfg.resolved_api_key()
+        if key:
+            headers["authorization"] = f"Bearer {key}"
+        timeout = prov.cfg.connect_timeout_s
+        try:
+            with anyio.fail_after(timeout * 2):
+                async with prov.client.stream("GET", prov.models_url, headers=headers) as response:
+                    async for _ in response.aiter_raw():
+                        pass
+        except Exception as exc:
+            reason = self._redact(f"{type(exc).__name__}: {exc}")
+            log.info("keep-warm probe of %s failed: %s", prov.name, reason)
+        prov.last_used = time.monotonic()
+
+    async def _keep_warm_loop(self) -> None:
+        interval = min(p.cfg.keep_warm_interval_s for p in self._providers)
+        while True:
+            await asyncio.sleep(max(0.05, interval / 2))
+            now = time.monotonic()
+            for prov in self._providers:
+                if now - prov.last_used >= prov.cfg.keep_warm_interval_s:
+                    await self._probe(prov)
+
+
+def _error_message(raw: bytes) -> str:
+    """The ``error.message`` of an OpenAI-style error body, else a short excerpt of the text."""
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return raw[:200].decode("utf-8", errors="replace").strip()
+    if isinstance(data, dict):
+        err = data.get("error", data)
+        if isinstance(err, dict):
+            return str(err.get("message") or err.get("detail") or "")[:500]
+        return str(err)[:500]
+    return ""

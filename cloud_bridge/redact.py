@@ -1,0 +1,73 @@
+"""Keep API keys out of logs, exceptions, metrics and diagnose output.
+
+Upstreams echo keys back ("Incorrect API key provided: sk-...") and some put them in the URL
+(``?key=``), so every string that leaves the bridge passes through :class:`Redactor`.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterable
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+_PATTERNS = (
+    re.compile(r"(?i)(authorization\s*[:=]\s*)(?:bearer\s+)?[^\s,;\"']+"),
+    re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]+"),
+    re.compile(r"(?i)((?:api[_-]?)?key=)[^&\s\"']+"),
+    re.compile(r"(?i)((?:x-)?api-key\s*[:=]\s*)[^\s,;\"']+"),
+    re.compile(r"()\bsk-[A-Za-z0-9_-]{6,}"),
+)
+MASK = "***"
+
+
+class Redactor:
+    """Masks the configured keys verbatim plus anything that looks like a credential."""
+
+    def __init__(self, secrets: Iterable[str | None] = ()) -> None:
+        self._secrets = sorted({s for s in secrets if s and len(s) >= 4}, key=len, reverse=True)
+
+    def add(self, secret: str | None) -> None:
+        if secret and len(secret) >= 4 and secret not in self._secrets:
+            self._secrets = sorted([*self._secrets, secret], key=len, reverse=True)
+
+    def __call__(self, text: str) -> str:
+        for secret in self._secrets:
+            text = text.replace(secret, MASK)
+        for pattern in _PATTERNS:
+            text = pattern.sub(lambda m: m.group(1) + MASK, text)
+        return text
+
+
+def safe_url(url: str) -> str:
+    """A URL fit for logs: no user:password, and the value of any key-like query parameter masked."""
+    parts = urlsplit(url)
+    netloc = parts.hostname or ""
+    if parts.port:
+        netloc = f"{netloc}:{parts.port}"
+    query = parts.query
+    if query:
+        pairs = [
+            (k, MASK if re.search(r"(?i)key|token|secret|sig", k) else v)
+            for k, v in parse_qsl(query, keep_blank_values=True)
+        ]
+        query = urlencode(pairs, safe="*")
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+class RedactingFilter(logging.Filter):
+    """Rewrites records of third-party loggers (httpx logs every request URL at INFO)."""
+
+    def __init__(self, redactor: Redactor) -> None:
+        super().__init__()
+        self._redactor = redactor
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # a malformed record is not ours to fix
+            return True
+        cleaned = self._redactor(message)
+        if cleaned != message:
+            record.msg, record.args = cleaned, ()
+        return True
