@@ -99,6 +99,8 @@ class SlaTarget(BaseModel):
     availability: float = 0.999
     # Provider maintenance windows excluded from the SLA: ISO-8601 "start/end" intervals.
     exclusions: list[str] = Field(default_factory=list)
+    # Minutes with fewer requests than this are listed but never counted as breaches.
+    min_requests: int = 1
 
 
 class MetricsConfig(BaseModel):
@@ -107,6 +109,10 @@ class MetricsConfig(BaseModel):
     sla_max_bytes: int = 64 * 1024 * 1024
     sla: dict[str, SlaTarget] = Field(default_factory=dict)
     tegrastats_cmd: list[str] = Field(default_factory=lambda: ["tegrastats", "--interval", "5000"])
+    # Cloud prices (USD per million tokens) for the avoided-cost estimate when no provider is configured.
+    default_price_input_per_mtok: float = 0.15
+    default_price_output_per_mtok: float = 0.60
+    device_sample_interval_s: float = 5.0
 
 
 class FleetConfig(BaseModel):

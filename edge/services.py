@@ -1,0 +1,243 @@
+"""The gateway's parts, built and torn down in the app's lifespan.
+
+Everything with state (the loaded model, the cloud connection pools, the cache, the metrics
+registry, the update agent) lives on one ``Services`` object per app, never in module globals, so
+tests can run several gateways in one process and a hot swap replaces parts in one place.
+``Services`` is also the update agent's ``Activator``: it knows how to swap in a new bundle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI
+
+from .config import Settings
+from .local_model import LocalModel
+from .pipeline import Pipeline
+from .router import Router
+from .types import ChatRequest, Finish, Message
+
+log = logging.getLogger("edgecloud.services")
+
+
+class Services:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.data_dir = Path(settings.server.data_dir)
+        self.edge = LocalModel(settings.edge)
+        self.router = Router(settings.router)
+        self.cloud: Any | None = None
+        self.cache: Any | None = None
+        self.obs: Any | None = None
+        self.agent: Any | None = None
+        self.store: Any | None = None
+        self.classifier: Any | None = None
+        self.classifier_error: str | None = None
+        self.pipeline = Pipeline(self.router, self.edge, log_prompts=settings.logging.log_prompts)
+        self._tasks: list[asyncio.Task[Any]] = []
+        self.loaded = asyncio.Event()
+
+    # ----- lifecycle ---------------------------------------------------------------------------
+    async def start(self) -> None:
+        settings = self.settings
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._init_store()
+        self._init_observability()
+        if settings.cache.enabled:
+            self._init_cache()
+        if settings.cloud.enabled:
+            from .cloud_backend import CloudBackend
+
+            on_call = self.obs.observe_cloud_call if self.obs is not None else None
+            self.cloud = CloudBackend(settings.cloud, on_call=on_call)
+            self._tasks.append(asyncio.create_task(self._start_cloud()))
+        self.pipeline.cloud = self.cloud
+        self.pipeline.cache = self.cache
+        if self.obs is not None:
+            self.pipeline.observe = self.obs.observe_request
+            self.obs.bind_state(
+                queue_depth=lambda: self.edge.queue_depth,
+                model_loaded=lambda: self.edge.ready,
+                breaker_states=lambda: self.cloud.bridge.breaker_states() if self.cloud else {},
+                update_status=(lambda: self.agent.status()) if self.agent is not None else None,
+                installed_version=self._installed_version,
+            )
+            await self.obs.start()
+        self._tasks.append(asyncio.create_task(self._load_models()))
+        if settings.fleet.enabled:
+            self._init_agent()
+
+    async def aclose(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(BaseException):
+                await task
+        if self.cloud is not None:
+            await self.cloud.aclose()
+        if self.obs is not None:
+            await self.obs.aclose()
+        if self.cache is not None:
+            self.cache.close()
+        await self.edge.aclose()
+
+    @property
+    def ready(self) -> bool:
+        return self.edge.ready and self.loaded.is_set()
+
+    # ----- parts -------------------------------------------------------------------------------
+    def _init_store(self) -> None:
+        """Use the update store's current bundle unless the operator pinned a model path."""
+        try:
+            from models.store import ModelStore
+        except ImportError:  # pragma: no cover - store not built in this install
+            return
+        store = ModelStore(self.data_dir)
+        with contextlib.suppress(Exception):
+            store.recover()
+        self.store = store
+        current = store.current()
+        if current is None:
+            return
+        gguf = current.artifacts.get("gguf")
+        if gguf and self.settings.edge.model_path is None:
+            self.edge.model_path = gguf
+            self.edge.config = self.edge.config.model_copy(update={"model_version": f"bundle-{current.version}"})
+        intent = current.artifacts.get("intent")
+        if intent and self.settings.router.intent_model_dir is None:
+            self._bundle_intent_dir = Path(intent).parent
+
+    def _init_observability(self) -> None:
+        if not self.settings.metrics.enabled:
+            return
+        try:
+            from .observability import Observability
+        except ImportError:  # TEMPORARY
+            return
+
+        self.obs = Observability(self.settings)
+
+    def _init_cache(self) -> None:
+        try:
+            from .cache import AnswerCache, replay_chunks  # noqa: F401
+        except ImportError:  # TEMPORARY
+            return
+
+        self.cache = AnswerCache(self.settings.cache, self.data_dir)
+        self.cache.set_fingerprint(self.fingerprint())
+        for path in self.settings.cache.faq_paths:
+            try:
+                self.cache.load_faq(Path(path))
+            except Exception as exc:
+                log.error("FAQ pack %s not loaded: %s", path, exc)
+        current = self.store.current() if self.store is not None else None
+        if current is not None and current.artifacts.get("faq"):
+            with contextlib.suppress(Exception):
+                self.cache.load_faq(current.artifacts["faq"])
+
+    def _init_agent(self) -> None:
+        fleet = self.settings.fleet
+        from models.fleet.agent import UpdateAgent
+
+        self.agent = UpdateAgent(
+            data_dir=self.data_dir,
+            repository_url=fleet.repository_url,
+            trusted_root=Path(fleet.trusted_root) if fleet.trusted_root else self.data_dir / "root.json",
+            hardware=fleet.hardware,
+            channel=fleet.channel,
+            activator=self,
+            check_interval_s=fleet.check_interval_s,
+            check_jitter_s=fleet.check_jitter_s,
+        )
+        self._tasks.append(asyncio.create_task(self.agent.run_forever()))
+
+    async def _start_cloud(self) -> None:
+        try:
+            await self.cloud.start()
+        except Exception as exc:  # an unreachable cloud at boot is normal for a kiosk
+            log.warning("cloud warm-up failed: %s", exc)
+
+    async def _load_models(self) -> None:
+        try:
+            await asyncio.gather(self.edge.load(), self._load_classifier())
+            if self.cache is not None:
+                self.cache.set_fingerprint(self.fingerprint())
+        finally:
+            self.loaded.set()
+
+    async def _load_classifier(self, model_dir: Path | None = None) -> None:
+        model_dir = model_dir or self.settings.router.intent_model_dir or getattr(self, "_bundle_intent_dir", None)
+        try:
+            from models.intent.runtime import IntentClassifier
+
+            classifier = await asyncio.get_running_loop().run_in_executor(None, IntentClassifier.load, model_dir)
+        except Exception as exc:
+            self.classifier_error = f"{type(exc).__name__}: {exc}"
+            log.error("intent classifier not loaded: %s", self.classifier_error)
+            return
+        self.classifier = classifier
+        self.router.set_classifier(classifier)
+
+    def fingerprint(self) -> str:
+        edge = self.edge.model.version if self.edge.model else str(self.edge.model_path)
+        cloud = ",".join(f"{p.name}:{p.model}" for p in self.settings.cloud.providers)
+        intent = getattr(self.classifier, "version", "") if self.classifier else ""
+        return f"edge={edge};cloud={cloud};intent={intent}"
+
+    def _installed_version(self) -> str | None:
+        current = self.store.current() if self.store is not None else None
+        return str(current.version) if current is not None else None
+
+    # ----- Activator (the update agent calls these) -----------------------------------------------
+    async def activate(self, version: Any) -> None:
+        """Hot-swap a bundle: new requests use it once loaded; streams in progress finish on the old."""
+        artifacts = version.artifacts
+        if artifacts.get("gguf"):
+            await self.edge.swap(Path(artifacts["gguf"]), f"bundle-{version.version}")
+        if artifacts.get("intent"):
+            await self._load_classifier(Path(artifacts["intent"]).parent)
+        if artifacts.get("faq") and self.cache is not None:
+            self.cache.load_faq(Path(artifacts["faq"]))
+        if self.cache is not None:
+            self.cache.set_fingerprint(self.fingerprint())
+
+    async def health_check(self) -> bool:
+        """The swapped-in model answers one token."""
+        if not self.edge.ready:
+            return False
+        req = ChatRequest(messages=[Message("user", "Hello")], max_tokens=1, temperature=0.0,
+                          request_id="health-check")
+        try:
+            async for event in self.edge.generate(req):
+                if isinstance(event, Finish):
+                    return True
+        except Exception as exc:
+            log.error("post-activation health check failed: %s", exc)
+        return False
+
+    # ----- routes of the feature modules ----------------------------------------------------------
+    @staticmethod
+    def mount_feature_routes(app: FastAPI, require_admin: Any) -> None:
+        def services() -> Services:
+            return app.state.services
+
+        import importlib
+
+        # TEMPORARY guard while the feature modules land (removed at integration).
+        for module, factory, args in (
+            ("edge.cache", "cache_admin_router", (lambda: services().cache, require_admin)),
+            ("edge.observability", "observability_router", (lambda: services().obs,)),
+            ("edge.update_routes", "update_router", (lambda: services().agent, require_admin)),
+        ):
+            try:
+                mod = importlib.import_module(module)
+            except ModuleNotFoundError:
+                continue
+            if not hasattr(mod, factory):
+                continue
+            app.include_router(getattr(mod, factory)(*args))
