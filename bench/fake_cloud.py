@@ -192,7 +192,9 @@ def create_fake_cloud(
         path = scope["path"].rstrip("/")
         if cfg.api_key is not None and headers.get("authorization") != f"Bearer {cfg.api_key}":
             await _drain(receive)
-            await _json(send, 401, {"error": {"message": "Incorrect API key provided.",
+            # Like real providers, echo (part of) the wrong key: the client must redact it.
+            given = headers.get("authorization", "").removeprefix("Bearer ")
+            await _json(send, 401, {"error": {"message": f"Incorrect API key provided: {given}.",
                                               "type": "invalid_request_error", "param": None,
                                               "code": "invalid_api_key"}})
             if path.endswith("/chat/completions"):
@@ -436,6 +438,13 @@ class FakeCloudHandle:
 
     def stop(self) -> None:
         self._stop()
+
+    def reset(self) -> None:
+        """Back to a default config and zeroed counters (fixtures share one server between tests)."""
+        fresh = FakeCloudConfig()
+        for name in fresh.__dataclass_fields__:
+            setattr(self.config, name, getattr(fresh, name))
+        self.state.reset()
 
     def set_fault(self, fault: str = "none", count: int | None = None, **fields: Any) -> None:
         """Arm a fault for the next ``count`` chat requests (None: all), setting any other config field."""

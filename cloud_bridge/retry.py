@@ -48,10 +48,11 @@ def parse_retry_after(headers: Mapping[str, str], now: float | None = None) -> f
 class RetryBudget:
     """Token bucket: each first attempt deposits ``ratio``, each retry withdraws one token.
 
-    Starts with ``initial`` tokens so a quiet kiosk can still retry its first failures.
+    Starts full (``initial`` = ``capacity`` tokens) so a quiet kiosk can still retry a short burst
+    of failures; in a long outage retries settle at ``ratio`` of the traffic instead of multiplying it.
     """
 
-    def __init__(self, ratio: float = 0.2, capacity: float = 10.0, initial: float = 3.0) -> None:
+    def __init__(self, ratio: float = 0.2, capacity: float = 10.0, initial: float = 10.0) -> None:
         self.ratio = ratio
         self.capacity = capacity
         self.tokens = min(capacity, initial)
