@@ -39,6 +39,8 @@ MAX_ANSWER_CHARS = 64 * 1024  # longer answers are rare and not worth the disk t
 FAQ_CONTEXT = "faq"
 # SQLite busy timeout: a lookup waits at most this long for another process's write.
 SQLITE_TIMEOUT_S = 1.0
+# How often a semantic lookup first picks up rows stored by other processes.
+SEMANTIC_SYNC_S = 2.0
 
 
 @dataclass
@@ -77,10 +79,12 @@ class AnswerCache:
         self._db_inode: int | None = None
         self._closed = False
         self._semantic: Any = None
+        self._sem_rowids: dict[str, int] = {}
+        self._sem_synced = 0.0
         if config.enabled:
             self._open(recover=True)
         if config.enabled and config.semantic:
-            self._semantic = self._start_semantic()
+            self._start_semantic()
 
     # ----------------------------------------------------------------- set-up and recovery
     def _open(self, recover: bool) -> None:
@@ -146,6 +150,7 @@ class AnswerCache:
             self._counts["recoveries"] += 1
         if self._semantic is not None:
             self._semantic.clear()
+            self._sem_rowids = {}
 
     def _close_stores(self) -> None:
         for store in (self._answers, self._faq):
@@ -164,15 +169,56 @@ class AnswerCache:
             log.error("semantic matching is on but cannot start (%s); exact matching only", exc)
             self._count("errors")
             return None
-        if self._faq is not None:
-            try:
-                for key in list(self._faq.iterkeys()):
-                    value = self._faq.get(key)
-                    if isinstance(value, dict) and isinstance(value.get("q"), str):
-                        index.add(FAQ_CONTEXT, key, value["q"])
-            except Exception as exc:
-                self._error("semantic-warmup", exc)
+        self._semantic = index
+        self._sync_semantic()
         return index
+
+    def _sync_semantic(self) -> None:
+        """Index rows this process has not seen yet (stored earlier, or by another process).
+
+        Rows carry their question's vector (``e``), so catching up costs no model run; rows from
+        before semantic matching was switched on are embedded, a bounded batch per sync.
+        """
+        from edge.cache.semantic import unpack_vector
+
+        index = self._semantic
+        self._sem_synced = time.monotonic()
+        if index is None:
+            return
+        for name, store in (("faq", self._faq), ("answers", self._answers)):
+            if store is None:
+                continue
+            last = self._sem_rowids.get(name, 0)
+            try:
+                (top,) = store._sql("SELECT COALESCE(MAX(rowid), 0) FROM Cache").fetchone()
+                if top < last:  # cleared (maybe by another process): rowids start again from 1
+                    last = 0
+                rows = store._sql(
+                    "SELECT rowid, key, mode, filename, value FROM Cache WHERE rowid > ? AND raw = 1"
+                    " AND (expire_time IS NULL OR expire_time > ?) ORDER BY rowid LIMIT 5000",
+                    (last, time.time()),
+                ).fetchall()
+                missing: list[tuple[str, str, str]] = []
+                for rowid, key, mode, filename, raw_value in rows:
+                    last = max(last, rowid)
+                    try:
+                        value = store.disk.fetch(mode, filename, raw_value, False)
+                    except (CorruptEntry, OSError):
+                        continue
+                    if not isinstance(value, dict) or not isinstance(value.get("q"), str):
+                        continue
+                    context = FAQ_CONTEXT if name == "faq" else str(value.get("ctx", ""))
+                    if isinstance(value.get("e"), str):
+                        index.add(context, key, value["q"], unpack_vector(value["e"]))
+                    elif len(missing) < 256:
+                        missing.append((context, key, value["q"]))
+                if missing:
+                    vectors = index.embedder.embed([q for _, _, q in missing])
+                    for (context, key, question), vector in zip(missing, vectors, strict=True):
+                        index.add(context, key, question, vector)
+            except Exception as exc:
+                self._error("semantic-sync", exc)
+            self._sem_rowids[name] = last
 
     # ------------------------------------------------------------------------ public API
     def set_fingerprint(self, fingerprint: str) -> None:
@@ -259,6 +305,12 @@ class AnswerCache:
                 "ctx": parts.context,
                 "kv": self._knowledge,
             }
+            vector = None
+            if self._semantic is not None:
+                from edge.cache.semantic import pack_vector
+
+                vector = self._semantic.vector(parts.question)
+                value["e"] = pack_vector(vector)
             answers.set(parts.key, value, expire=policy.ttl_s, tag=self._knowledge)
         except Exception as exc:
             self._error("store", exc)
@@ -266,7 +318,7 @@ class AnswerCache:
         self._count("stores")
         if self._semantic is not None:
             try:
-                self._semantic.add(parts.context, parts.key, parts.question)
+                self._semantic.add(parts.context, parts.key, parts.question, vector)
             except Exception as exc:
                 self._error("semantic-add", exc)
         return True
@@ -300,6 +352,14 @@ class AnswerCache:
                     "v": VALUE_SCHEMA, "answer": entry.answer, "q": question, "id": entry.id,
                     "lang": entry.lang, "source": source, "stored_at": time.time(),
                 }
+        vectors: dict[str, Any] = {}
+        if self._semantic is not None:
+            from edge.cache.semantic import pack_vector
+
+            keys = list(rows)
+            for key, vector in zip(keys, self._semantic.embedder.embed([rows[k]["q"] for k in keys]), strict=True):
+                rows[key]["e"] = pack_vector(vector)
+                vectors[key] = vector
         faq = self._faq
         if faq is None:
             raise ValueError("the answer cache is not available (disabled or its directory cannot be opened)")
@@ -317,7 +377,7 @@ class AnswerCache:
             for key in stale:
                 self._semantic.remove(FAQ_CONTEXT, key)
             for key, row in rows.items():
-                self._semantic.add(FAQ_CONTEXT, key, row["q"])
+                self._semantic.add(FAQ_CONTEXT, key, row["q"], vectors.get(key))
         log.info("loaded %d FAQ entries (%d phrasings) from %s", len(entries), len(rows), source)
         self._count("faq_loads")
         return len(entries)
@@ -348,6 +408,7 @@ class AnswerCache:
             "recoveries": counts.get("recoveries", 0),
             "knowledge_version": self._knowledge,
             "semantic": self._semantic is not None,
+            "semantic_entries": len(self._semantic) if self._semantic is not None else 0,
         }
         try:
             if self._answers is not None:
@@ -379,6 +440,7 @@ class AnswerCache:
                     removed += self._faq.clear()
                 if self._semantic is not None:
                     self._semantic.clear()
+                    self._sem_rowids = {}
                 return removed
             if prefix is None:
                 return answers.evict(str(knowledge_version))
@@ -462,6 +524,8 @@ class AnswerCache:
 
     def _lookup_semantic(self, parts: KeyParts, policy: CachePolicy) -> CacheHit | None:
         index = self._semantic
+        if time.monotonic() - self._sem_synced > SEMANTIC_SYNC_S:
+            self._sync_semantic()
         for context in (FAQ_CONTEXT, parts.context):
             for key in index.candidates(context, parts.question):
                 store = self._faq if context == FAQ_CONTEXT else self._answers
