@@ -137,6 +137,7 @@ class LocalModel:
         self._lock: asyncio.Lock | None = None
         self._waiting = 0
         self._busy = False
+        self.generations_started = 0  # for metrics and tests (a hedge loser that never started)
         # Exponential moving average of a generation's wall time, for the router's wait estimate.
         self._avg_gen_s = 1.0
         self._avg_ttft_s = 0.1
@@ -287,6 +288,7 @@ class LocalModel:
         loop = asyncio.get_running_loop()
         job = _Job(loop)
         self._busy = True
+        self.generations_started += 1
         queue_ms = (time.perf_counter() - queued_at) * 1000.0
         model = self.model or model  # a hot swap while we waited: use the newest model
         try:

@@ -107,9 +107,11 @@ class Router:
         d = Decision(route="edge", reason="", scenario=profile.name, prompt_tokens=prompt_tokens)
         rules = d.rules
 
-        # What each backend may take at all.
+        # What each backend may take at all. Earlier turns and a long (but fitting) prompt go to
+        # the cloud by rule, yet the edge may still answer them, degraded, when the cloud cannot.
         edge_incapable = self._edge_incapable(req, live, prompt_tokens)
-        d.edge_ok = edge_incapable is None
+        fits = prompt_tokens < live.edge_n_ctx
+        d.edge_ok = edge_incapable in (None, "multi-turn") or (edge_incapable == "prompt-size" and fits)
 
         # 1. Caller override.
         forced = self._override(req)
@@ -135,7 +137,6 @@ class Router:
         # 2. Hard rules.
         if edge_incapable is not None:
             rules.append(edge_incapable)
-            fits = prompt_tokens < live.edge_n_ctx
             if edge_incapable == "prompt-size" and not fits and not live.cloud_available:
                 d.route, d.reason = "cloud", "prompt-size"
                 d.error = APIError(
@@ -145,8 +146,7 @@ class Router:
                     "invalid_request_error", "messages", "context_length_exceeded",
                 )
                 return d
-            degradable = edge_incapable == "multi-turn" or (edge_incapable == "prompt-size" and fits)
-            return self._to_cloud(d, edge_incapable, live, allow_degraded=degradable)
+            return self._to_cloud(d, edge_incapable, live, allow_degraded=d.edge_ok)
 
         # 3. The classifier (single-turn text only: hard rules caught the rest).
         borderline = False
@@ -162,8 +162,11 @@ class Router:
             borderline = d.confidence < self.config.confidence_threshold + profile.threshold_shift
             d.reason = tag
         else:
+            # Difficulty unknown (the classifier failed to load): treat it as borderline, so a hard
+            # request is not silently answered by the small model while the cloud is there.
             rules.append("no-classifier")
             d.reason = "no-classifier"
+            borderline = True
 
         # 4. Scenario profile.
         if profile.long_answer_tokens and (req.max_tokens or 0) > profile.long_answer_tokens:
@@ -232,7 +235,7 @@ class Router:
             return d
         # No cloud: a request the edge may attempt is answered there, marked degraded.
         edge_can = allow_degraded and live.edge_ready and not edge_down and d.label in (None, "simple")
-        if edge_can and (d.edge_ok or reason in ("multi-turn", "prompt-size")):
+        if edge_can and d.edge_ok:
             d.route = "edge"
             d.degraded = "cloud-unavailable"
             d.reason = f"{reason}:degraded"

@@ -88,8 +88,6 @@ def parse_chat_request(body: Any, settings: Settings, headers: dict[str, str] | 
         req.messages.append(Message(role, text))
     if not any(m.content.strip() for m in req.messages if m.role in ("user", "system", "developer")):
         raise invalid("The messages hold no text: at least one non-empty message is needed.", "messages")
-    if req.messages[-1].role not in ("user", "tool"):
-        raise invalid("The last message must come from the user.", f"messages[{len(messages) - 1}].role")
 
     limit = settings.edge.max_tokens_limit
     for name in ("max_completion_tokens", "max_tokens"):
