@@ -153,7 +153,7 @@ def _download_once(
                 have = 0  # server ignored Range: rewrite from the start
             mode = "ab" if have else "wb"
             with open(part, mode) as out:
-                _copy(response.iter_bytes(CHUNK), out, have, length, progress)
+                _copy(response.iter_bytes(), out, have, length, progress)  # as received: a cut keeps them
     except httpx.HTTPError as exc:
         raise DownloadError(f"download interrupted: {type(exc).__name__}") from exc
 
