@@ -1,0 +1,142 @@
+# shellcheck shell=bash disable=SC2034  # lib files share globals with setup.sh and each other
+# Model choice by module, download with resume, sha256 check, or the signed-bundle path.
+#
+# Why the hash is checked on every run: a 4.7 GB file interrupted at the wrong moment, or
+# replaced on disk, must never be served; sha256 of the whole file costs ~15 s on an Orin's
+# NVMe, once per installer run.
+
+MODEL_NAME=""
+MODEL_FILE=""
+MODEL_URL=""
+MODEL_SHA256=""
+MODEL_SIZE_MB=0
+MODEL_QUANT=""
+MODEL_PATH=""        # final path on the device (without the test root)
+N_CTX=""
+N_BATCH=""
+MEMORY_MAX=""
+MEMORY_HIGH=""
+SWAP_SIZE=""
+
+# conf_line FILE KEY -> the first non-comment line whose first field is KEY
+conf_line() { grep -v '^[[:space:]]*#' "$1" | grep -m 1 "^$2|" || true; }
+
+load_profile() {
+  local line
+  line=$(conf_line "$HERE/profiles.conf" "$MODULE")
+  [ -n "$line" ] || die "no profile for module '$MODULE' in $HERE/profiles.conf" 2
+  IFS='|' read -r _ profile_model profile_ctx profile_batch MEMORY_MAX SWAP_SIZE <<<"$line"
+  # The soft limit sits 1 GB under the hard one: the kernel reclaims before it kills.
+  MEMORY_HIGH="$(( ${MEMORY_MAX%G} - 1 ))G"
+  N_CTX=${OPT_N_CTX:-$profile_ctx}
+  N_BATCH=$profile_batch
+  if [ -n "$OPT_SWAP_SIZE" ]; then SWAP_SIZE=$OPT_SWAP_SIZE; fi
+  MODEL_NAME=${OPT_MODEL:-$profile_model}
+}
+
+select_model() {
+  load_profile
+  if [ -n "$OPT_MODEL_URL" ]; then
+    [ -n "$OPT_MODEL_SHA256" ] || die "--model-url needs --model-sha256 (the installer never serves an unchecked file)" 2
+    [[ "$OPT_MODEL_SHA256" =~ ^[0-9a-fA-F]{64}$ ]] || die "--model-sha256 must be 64 hex digits" 2
+    MODEL_NAME=custom
+    MODEL_URL=$OPT_MODEL_URL
+    MODEL_FILE=$(basename "${OPT_MODEL_URL%%\?*}")
+    MODEL_SHA256=$(tr 'A-F' 'a-f' <<<"$OPT_MODEL_SHA256")
+    MODEL_SIZE_MB=0
+    MODEL_QUANT=custom
+  elif [ -n "$OPT_BUNDLE" ]; then
+    MODEL_NAME=bundle
+    MODEL_QUANT=bundle
+  else
+    local line
+    line=$(conf_line "$MODELS_CONF" "$MODEL_NAME")
+    [ -n "$line" ] || die "unknown model '$MODEL_NAME' (see $MODELS_CONF)" 2
+    IFS='|' read -r _ MODEL_FILE MODEL_URL MODEL_SHA256 MODEL_SIZE_MB MODEL_QUANT _ <<<"$line"
+  fi
+  if [ -n "$MODEL_FILE" ]; then MODEL_PATH="$PREFIX/models/$MODEL_FILE"; fi
+}
+
+print_model_choice() {
+  if [ "$MODEL_NAME" = bundle ]; then
+    say "  model:     from the signed bundle repository $OPT_BUNDLE"
+  else
+    say "  model:     $MODEL_NAME ($MODEL_QUANT, ~${MODEL_SIZE_MB} MB) -> $MODEL_PATH"
+  fi
+  say "  context:   n_ctx=$N_CTX n_batch=$N_BATCH; service MemoryMax=$MEMORY_MAX"
+}
+
+check_disk() {
+  local need free
+  need=$(( MODEL_SIZE_MB + 4096 ))   # model + venv + the llama.cpp CUDA build tree
+  free=$(free_mb "$(p "$PREFIX")") || free=0
+  free=${free:-0}
+  say "  disk:      ${free} MB free for $PREFIX, ~${need} MB needed"
+  if [ "$free" -lt "$need" ]; then
+    if [ "$FORCE" = 1 ]; then warn "only $free MB free, $need MB needed (--force)"; else
+      die "only $free MB free on the disk holding $PREFIX, need ~$need MB (use --force to try anyway)" 2
+    fi
+  fi
+}
+
+sha256_of() { sha256sum "$1" | cut -d' ' -f1; }
+
+ensure_model_file() {
+  local dest part got
+  dest=$(p "$MODEL_PATH")
+  part="$dest.part"
+  if [ -f "$dest" ]; then
+    got=$(sha256_of "$dest")
+    if [ "$got" = "$MODEL_SHA256" ]; then ok "model $dest present, sha256 verified"; return; fi
+    warn "model $dest has sha256 $got, expected $MODEL_SHA256: downloading it again"
+    run mv -f "$dest" "$dest.bad"
+  fi
+  run mkdir -p "$(dirname "$dest")"
+  # -C -: resume a partial download from an earlier, interrupted run.
+  run curl -fL --retry 5 --retry-delay 5 -C - -o "$part" "$MODEL_URL"
+  if [ "$DRY_RUN" = 1 ]; then
+    say "  [dry-run] check sha256 $MODEL_SHA256, then move $part -> $dest"
+    return
+  fi
+  got=$(sha256_of "$part")
+  if [ "$got" != "$MODEL_SHA256" ]; then
+    rm -f "$part"
+    die "sha256 mismatch for $MODEL_URL: got $got, expected $MODEL_SHA256 (partial file removed)"
+  fi
+  run mv -f "$part" "$dest"
+  run chmod 0644 "$dest"
+  SERVICE_DIRTY=1
+  ok "model downloaded and verified: $dest"
+}
+
+# --bundle DIR|URL: the signed (TUF) bundle path, through the gateway's own updater.
+ensure_bundle() {
+  local root=$OPT_TRUSTED_ROOT data_dir root_dest
+  data_dir=$(p /var/lib/edgecloud)
+  if [ -z "$root" ] && [ -d "$OPT_BUNDLE" ]; then root="$OPT_BUNDLE/metadata/1.root.json"; fi
+  [ -n "$root" ] || die "--bundle URL needs --trusted-root ROOT_JSON (a root that came with the device, not from the network)" 2
+  [ -f "$root" ] || die "trusted root $root not found" 2
+  if [ "$DRY_RUN" = 0 ] && ! "$VENV/bin/edgecloud" models update --help >/dev/null 2>&1; then
+    die "this edgecloud build has no 'edgecloud models update' command yet: use --model-url/--model-sha256 or the pinned default model" 2
+  fi
+  root_dest=$(p /etc/edgecloud/trusted-root.json)
+  put_file "$root_dest" 0644 <"$root"
+  run "$VENV/bin/edgecloud" models update --repository "$OPT_BUNDLE" --trusted-root "$root_dest" \
+    --data-dir "$data_dir" --once
+  # The updater owns the store layout; the newest GGUF in it is what the GPU check loads.
+  if [ "$DRY_RUN" = 0 ]; then
+    local found
+    found=$(find "$data_dir" -name '*.gguf' -type f -printf '%T@ %p\n' 2>/dev/null | sort -rn | head -n 1 | cut -d' ' -f2-)
+    [ -n "$found" ] || die "the bundle update installed no .gguf under $data_dir"
+    MODEL_PATH=${found#"$ROOT"}
+    ok "bundle installed: $MODEL_PATH"
+    if [ "$(state_get bundle_model)" != "$MODEL_PATH" ]; then
+      state_set bundle_model "$MODEL_PATH"
+      SERVICE_DIRTY=1
+    fi
+  fi
+}
+
+ensure_model() {
+  if [ "$MODEL_NAME" = bundle ]; then ensure_bundle; else ensure_model_file; fi
+}

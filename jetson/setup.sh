@@ -1,0 +1,180 @@
+#!/usr/bin/env bash
+# One command from a freshly flashed Jetson Orin NX (JetPack 5.1.1+ or 6.x) to a running, tuned
+# edgecloud gateway with the model on the GPU. Idempotent: a second run changes nothing.
+# Read jetson/README.md first; run `sudo jetson/setup.sh --dry-run` to see every step.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# The project to install into the venv (the checkout this script lives in, unless overridden).
+PROJECT_DIR=${EDGECLOUD_PROJECT_DIR:-$(cd "$HERE/.." && pwd)}
+# The model pins (a site may keep its own list, e.g. with a verified mirror URL).
+MODELS_CONF=${EDGECLOUD_MODELS_CONF:-$HERE/models.conf}
+
+# shellcheck source=lib/common.sh
+. "$HERE/lib/common.sh"
+# shellcheck source=lib/detect.sh
+. "$HERE/lib/detect.sh"
+# shellcheck source=lib/install.sh
+. "$HERE/lib/install.sh"
+# shellcheck source=lib/model.sh
+. "$HERE/lib/model.sh"
+# shellcheck source=lib/tune.sh
+. "$HERE/lib/tune.sh"
+# shellcheck source=lib/service.sh
+. "$HERE/lib/service.sh"
+# shellcheck source=lib/report.sh
+. "$HERE/lib/report.sh"
+# shellcheck source=lib/uninstall.sh
+. "$HERE/lib/uninstall.sh"
+
+PREFIX=/opt/edgecloud
+FORCE=0
+UNINSTALL=0
+OPT_PURGE=0
+OPT_MODEL=""
+OPT_MODEL_URL=""
+OPT_MODEL_SHA256=""
+OPT_BUNDLE=""
+OPT_TRUSTED_ROOT=""
+OPT_POWER_MODE=MAXN
+OPT_NO_SWAP=0
+OPT_NO_ZRAM=0
+OPT_TEXT_MODE=0
+OPT_SWAP_SIZE=""
+OPT_N_CTX=""
+OPT_PORT=""
+OPT_PYTHON=""
+ORT_INDEX=""
+READY_TIMEOUT=600
+
+usage() {
+  cat <<'EOF'
+Usage: sudo jetson/setup.sh [options]
+
+Turns a Jetson Orin NX (8 or 16 GB, JetPack 5.1.1+ or 6.x) into a running edgecloud gateway:
+system packages, a system user, a venv with llama-cpp-python built for CUDA (sm_87), the model
+(sha256-checked), MAXN + jetson_clocks at boot, swap, /etc/edgecloud/config.toml, a hardened
+systemd service, and a closing health report.
+
+  --dry-run               print every step it would take; change nothing
+  --yes                   do not ask for confirmation
+  --model NAME            a model from jetson/models.conf instead of the module's default
+  --model-url URL         download this GGUF instead (needs --model-sha256)
+  --model-sha256 HEX      expected sha256 of --model-url
+  --bundle DIR|URL        install the model through the signed-bundle path
+                          (edgecloud models update); DIR = a published TUF repository
+  --trusted-root FILE     TUF root for --bundle (default DIR/metadata/1.root.json)
+  --power-mode MODE       nvpmodel mode name or id (default MAXN; MAXN_SUPER where present)
+  --no-swap               do not create a swap file
+  --no-zram               turn JetPack's zram swap off (nvzramconfig.service)
+  --text-mode             boot to text mode instead of the desktop (frees ~800 MB)
+  --swap-size SIZE        swap file size (default from jetson/profiles.conf, e.g. 8G)
+  --n-ctx N               context size (default by module)
+  --port N                gateway port in a new config (default 8080; bound to 127.0.0.1)
+  --python BIN            Python for the venv (default python3.10)
+  --ort-index URL|none    pip index for onnxruntime-gpu (default: Jetson AI Lab for this JetPack)
+  --prefix DIR            install root for the venv and models (default /opt/edgecloud)
+  --force                 continue on an unsupported board/JetPack or low disk
+  --uninstall             remove what setup.sh installed and revert its tuning
+  --purge                 with --uninstall: also remove /etc/edgecloud and /var/lib/edgecloud
+  -h, --help              this text
+EOF
+}
+
+need_arg() { [ "$#" -ge 2 ] && [ -n "$2" ] || die "$1 needs a value" 2; }
+
+parse_args() {
+  while [ "$#" -gt 0 ]; do
+    case "$1" in
+      --dry-run) DRY_RUN=1 ;;
+      --yes|-y) ASSUME_YES=1 ;;
+      --model) need_arg "$@"; OPT_MODEL=$2; shift ;;
+      --model-url) need_arg "$@"; OPT_MODEL_URL=$2; shift ;;
+      --model-sha256) need_arg "$@"; OPT_MODEL_SHA256=$2; shift ;;
+      --bundle) need_arg "$@"; OPT_BUNDLE=$2; shift ;;
+      --trusted-root) need_arg "$@"; OPT_TRUSTED_ROOT=$2; shift ;;
+      --power-mode) need_arg "$@"; OPT_POWER_MODE=$2; shift ;;
+      --no-swap) OPT_NO_SWAP=1 ;;
+      --no-zram) OPT_NO_ZRAM=1 ;;
+      --text-mode) OPT_TEXT_MODE=1 ;;
+      --swap-size) need_arg "$@"; OPT_SWAP_SIZE=$2; shift ;;
+      --n-ctx) need_arg "$@"; OPT_N_CTX=$2; shift ;;
+      --port) need_arg "$@"; OPT_PORT=$2; shift ;;
+      --python) need_arg "$@"; OPT_PYTHON=$2; shift ;;
+      --ort-index) need_arg "$@"; ORT_INDEX=$2; shift ;;
+      --prefix) need_arg "$@"; PREFIX=${2%/}; shift ;;
+      --force) FORCE=1 ;;
+      --uninstall) UNINSTALL=1 ;;
+      --purge) OPT_PURGE=1 ;;
+      -h|--help) usage; exit 0 ;;
+      *) usage >&2; die "unknown option: $1" 2 ;;
+    esac
+    shift
+  done
+  [[ "$PREFIX" == /* ]] || die "--prefix must be an absolute path" 2
+  if [ -n "$OPT_MODEL_URL" ] && [ -n "$OPT_BUNDLE" ]; then die "--model-url and --bundle exclude each other" 2; fi
+  if [ -n "$OPT_MODEL_SHA256" ] && [ -z "$OPT_MODEL_URL" ]; then die "--model-sha256 goes with --model-url" 2; fi
+  if [ -n "$OPT_N_CTX" ] && ! [[ "$OPT_N_CTX" =~ ^[0-9]+$ ]]; then die "--n-ctx must be a number" 2; fi
+  if [ -n "$OPT_PORT" ] && ! [[ "$OPT_PORT" =~ ^[0-9]+$ ]]; then die "--port must be a number" 2; fi
+}
+
+require_root() {
+  # Under a test root (EDGECLOUD_SETUP_ROOT) nothing outside that folder is touched.
+  if [ -z "$ROOT" ] && [ "$DRY_RUN" = 0 ] && [ "$(id -u)" != 0 ]; then
+    die "run as root: sudo $0 $*" 2
+  fi
+}
+
+main() {
+  parse_args "$@"
+  require_root "$@"
+  [ "$DRY_RUN" = 1 ] && say "DRY RUN: printing every step; nothing will be changed."
+
+  if [ "$UNINSTALL" = 1 ]; then
+    confirm "Remove edgecloud from this board?"
+    uninstall
+    return
+  fi
+
+  step "Detecting the board"
+  detect_all
+  print_detection
+  if [ "$SUPPORTED" = 0 ]; then
+    local why
+    for why in "${UNSUPPORTED_WHY[@]}"; do warn "$why"; done
+    if [ "$FORCE" = 1 ]; then
+      warn "continuing anyway (--force)"
+      [ -n "$MODULE" ] || MODULE=orin-nx-8gb
+    else
+      die "refusing to install on this machine (use --force to override)" 2
+    fi
+  fi
+  PYTHON_BIN=${OPT_PYTHON:-python3.10}
+  select_model
+  print_model_choice
+  check_disk
+  confirm "Install edgecloud into $PREFIX and tune this board?"
+
+  step "System packages"
+  install_packages
+  step "Service user"
+  ensure_user
+  step "Python environment and the CUDA build of llama.cpp"
+  ensure_venv
+  ensure_llama_cuda
+  ensure_project
+  ensure_onnxruntime
+  step "Model"
+  ensure_model
+  step "Proving the GPU is used"
+  gpu_proof
+  step "Tuning the device"
+  tune_device
+  step "Configuration and service"
+  install_service
+  health_report
+  say ""
+  if [ "$DRY_RUN" = 1 ]; then say "Dry run complete: nothing was changed."; else say "Done."; fi
+}
+
+main "$@"
