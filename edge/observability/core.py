@@ -1,0 +1,391 @@
+"""``Observability``: the one object the app creates in its lifespan to see and prove what happens.
+
+It receives one ``RequestRecord`` per finished request and one record per upstream attempt, and
+turns them into Prometheus metrics, per-minute SLA rows on disk, cost accounting and one JSON
+log line. ``observe_*`` run on the event loop after the answer was sent, so they only update
+in-memory counters; percentiles, SLA evaluation and disk writes happen once a minute, off the
+loop, in ``flush``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from edge.records import RequestRecord
+
+from .cost import REJECTED, ROUTES, PriceBook, UsageTotals, usage_key, usage_of
+from .device import DeviceSampler
+from .logs import REQUEST_LOGGER, Redactor, emit_request_log
+from .metrics import CLOUD_PHASES, ChildCache, RequestMetrics, StateCollector, StateSources
+from .monitor import SlaMonitor
+from .sla import MINUTE_S, MinuteRow, evaluate, minute_of, percentile
+from .store import MinuteStore, StoredRow
+
+log = logging.getLogger(__name__)
+PRUNE_EVERY_S = 3600.0
+
+
+def request_unavailable(rec: RequestRecord) -> bool:
+    """Counts against availability: a server-side failure (5xx) or a timeout; never a 4xx or a cancel."""
+    if rec.outcome != "error":
+        return False
+    code = rec.error_code or ""
+    # status < 400 with outcome "error": the stream broke after a 200 was sent, the user got no answer.
+    return rec.status >= 500 or rec.status == 408 or "timeout" in code or rec.status < 400
+
+
+def _call_attr(rec: object, name: str, default: Any = None) -> Any:
+    value = getattr(rec, name, None)
+    return default if value is None else value
+
+
+def _call_timing(rec: object, phase: str) -> float | None:
+    """A phase in ms from ``rec.timings[<phase>_ms]`` or ``rec.<phase>_ms``."""
+    timings = getattr(rec, "timings", None)
+    value = None
+    if isinstance(timings, dict):
+        value = timings.get(f"{phase}_ms", timings.get(phase))
+    if value is None:
+        value = getattr(rec, f"{phase}_ms", None)
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def merge_stored(kind: str, old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """How a minute written twice (restart, straggler) is combined in the store."""
+    if kind == "usage":
+        total = UsageTotals.from_dict(old)
+        total.add(UsageTotals.from_dict(new))
+        return total.to_dict()
+    return MinuteRow.from_dict(old).merge(MinuteRow.from_dict(new)).to_dict()
+
+
+class Observability:
+    def __init__(self, settings: Any, registry: CollectorRegistry | None = None) -> None:
+        self.settings = settings
+        mc = settings.metrics
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.metrics = RequestMetrics(self.registry)
+        self._children = ChildCache(self.metrics)
+        self._bound_breakers: Callable[[], dict[str, str]] | None = None
+        # The collector reads breakers through ``_breakers``: bound states win over the last call seen.
+        self.sources = StateSources(breaker_states=self._breakers)
+        self.device = DeviceSampler(
+            list(mc.tegrastats_cmd), float(getattr(mc, "device_sample_interval_s", 5.0))
+        )
+        self._call_breakers: dict[str, str] = {}
+        self.registry.register(StateCollector(self.sources, lambda: self.device.snapshot))
+        self.prices = PriceBook.from_settings(settings)
+        self.store = MinuteStore(
+            settings.server.data_dir / "sla",
+            retention_days=mc.sla_retention_days,
+            max_bytes=mc.sla_max_bytes,
+        )
+        self.monitor = SlaMonitor()
+        secrets = [p.resolved_api_key() or "" for p in settings.cloud.providers]
+        if settings.server.admin_token is not None:
+            secrets.append(settings.server.admin_token.get_secret_value())
+        self.redact = Redactor(secrets)
+        self.request_log = logging.getLogger(REQUEST_LOGGER)
+        self.log_prompts = bool(settings.logging.log_prompts)
+        self.totals: dict[str, UsageTotals] = {}  # since start, for the dashboard
+        self.started_at = time.time()
+        self._calls_seen = False
+        self._task: asyncio.Task[None] | None = None
+        self._flush_lock = asyncio.Lock()
+        self._last_prune = 0.0
+
+    # ----- lifecycle --------------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Reload the last hour from disk (for the dashboard), then sample the device and roll up."""
+        since = minute_of(time.time()) - self.monitor.recent_minutes * MINUTE_S
+        try:
+            stored = await asyncio.to_thread(self.store.query, since=since, kinds=("route", "provider"))
+            self.monitor.remember((MinuteRow.from_dict(r.data) for r in stored), time.time())
+        except Exception:
+            log.exception("could not read the SLA store at %s", self.store.path)
+        await self.device.start()
+        self._task = asyncio.create_task(self._rollup_loop(), name="sla-rollup")
+
+    async def aclose(self) -> None:
+        """Stop the loops and write the current, unfinished minute so a restart loses nothing."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        try:
+            await self.flush(final=True)
+        finally:
+            await self.device.aclose()
+
+    async def _rollup_loop(self) -> None:
+        while True:
+            now = time.time()
+            await asyncio.sleep(minute_of(now) + MINUTE_S + self.monitor.grace_s + 0.05 - now)
+            try:
+                await self.flush()
+            except Exception:  # the next minute tries again; requests are never affected
+                log.exception("SLA roll-up failed")
+
+    async def flush(self, now: float | None = None, final: bool = False) -> list[MinuteRow]:
+        """Roll up finished minutes (all when ``final``), evaluate them, write them to disk."""
+        now = time.time() if now is None else now
+        async with self._flush_lock:
+            collected = self.monitor.collect(now, final=final)
+            if collected.rows:
+                self._evaluate(collected.rows)
+            rows = [StoredRow(r.minute, r.scope, r.name, r.to_dict()) for r in collected.rows]
+            rows += [
+                StoredRow(minute, "usage", key, u.to_dict())
+                for minute, per_key in collected.usage.items()
+                for key, u in per_key.items()
+            ]
+            if rows:
+                await asyncio.to_thread(self.store.write, rows, merge_stored)
+            if now - self._last_prune >= PRUNE_EVERY_S:
+                self._last_prune = now
+                await asyncio.to_thread(self.store.prune, now)
+            return collected.rows
+
+    def _evaluate(self, rows: list[MinuteRow]) -> None:
+        from edge.config import SlaTarget  # the config's own default target
+
+        try:
+            result = evaluate(rows, self.settings.metrics.sla, SlaTarget())
+        except ValueError:
+            log.exception("invalid SLA exclusion window in [metrics.sla]")
+            return
+        for breach in result.breaches:
+            self.monitor.recent_breaches.append(breach)
+            for kind in breach.kinds:
+                self.metrics.sla_breaches.labels(breach.scope, breach.name, kind).inc()
+            log.warning(
+                "SLA breach %s %s at %s: %s",
+                breach.scope,
+                breach.name,
+                breach.to_dict()["start"],
+                ",".join(breach.kinds),
+            )
+
+    # ----- per request (hot path) -------------------------------------------------------------------
+    def observe_request(self, rec: RequestRecord) -> None:
+        m = self.metrics
+        route = rec.route if rec.route in ROUTES else ""
+        self._children.requests(route or "none", rec.reason, rec.outcome or "ok").inc()
+        usage = usage_of(rec, self.prices)
+        if route:
+            c = self._children.route(route)
+            if rec.ttft_ms is not None:
+                c.ttft.observe(rec.ttft_ms / 1000.0)
+            if rec.total_ms is not None:
+                c.latency.observe(rec.total_ms / 1000.0)
+            if rec.queue_ms is not None:
+                c.queue_wait.observe(rec.queue_ms / 1000.0)
+            if rec.tokens_per_s:
+                c.tokens_per_s.observe(rec.tokens_per_s)
+            if rec.prompt_tokens:
+                c.prompt_tokens.inc(rec.prompt_tokens)
+            if rec.completion_tokens:
+                c.completion_tokens.inc(rec.completion_tokens)
+            if usage.avoided_usd:
+                c.money_saved.inc(usage.avoided_usd)
+            if usage.cost_usd:
+                m.cloud_cost.labels(rec.provider or self.prices.reference_name).inc(usage.cost_usd)
+        if usage.cache_hits:
+            m.cache.labels("hit").inc()
+        elif usage.cache_misses:
+            m.cache.labels("miss").inc()
+
+        ended = rec.started_at + (rec.total_ms or 0.0) / 1000.0
+        key = usage_key(rec)
+        self.monitor.add_usage(ended, key, usage)
+        total = self.totals.get(key)
+        if total is None:
+            self.totals[key] = usage.copy()
+        else:
+            total.add(usage)
+        if route:
+            unavailable = request_unavailable(rec)
+            error = rec.outcome == "error"
+            self.monitor.bucket(ended, "route", route).add(
+                request_id=rec.request_id,
+                ttft_ms=rec.ttft_ms,
+                total_ms=rec.total_ms,
+                error=error,
+                unavailable=unavailable,
+            )
+            if route == "cloud" and rec.provider and not self._calls_seen:
+                # Until the bridge reports its attempts, judge the provider by the gateway's view.
+                self.monitor.bucket(ended, "provider", rec.provider).add(
+                    request_id=rec.request_id,
+                    ttft_ms=rec.ttft_ms,
+                    total_ms=rec.total_ms,
+                    error=error,
+                    unavailable=unavailable,
+                )
+        emit_request_log(self.request_log, rec, log_prompts=self.log_prompts, redact=self.redact)
+
+    def observe_cloud_call(self, rec: object) -> None:
+        """One upstream attempt (``cloud_bridge``'s CallRecord or any object with its attributes)."""
+        m = self.metrics
+        provider = str(_call_attr(rec, "provider", "unknown"))[:60]
+        ok = bool(_call_attr(rec, "ok", False))
+        status = _call_attr(rec, "status")
+        status = int(status) if isinstance(status, int) else None
+        kind = str(_call_attr(rec, "error_kind", _call_attr(rec, "error", "")) or "")[:40]
+        was_429 = bool(_call_attr(rec, "was_429", status == 429))
+        attempt = _call_attr(rec, "attempt", 0)
+        retried = bool(_call_attr(rec, "retried", False)) or (isinstance(attempt, int) and attempt > 1)
+        m.cloud_calls.labels(provider, "ok" if ok else "error").inc()
+        if not ok:
+            m.cloud_errors.labels(provider, kind or (f"http_{status}" if status else "unknown")).inc()
+        if retried:
+            m.cloud_retries.labels(provider).inc()
+        if was_429:
+            m.cloud_429.labels(provider).inc()
+        timings = {phase: _call_timing(rec, phase) for phase in CLOUD_PHASES}
+        for phase, ms in timings.items():
+            if ms is not None:
+                m.cloud_phase.labels(provider, phase).observe(ms / 1000.0)
+        breaker = _call_attr(rec, "breaker_state")
+        if breaker:
+            self._call_breakers[provider] = str(getattr(breaker, "value", breaker))
+        self._calls_seen = True
+        unavailable = (
+            not ok
+            and not was_429
+            and (status is None or status >= 500 or "timeout" in kind or "connect" in kind)
+        )
+        ended = _call_attr(rec, "ended_at", _call_attr(rec, "finished_at", time.time()))
+        if not isinstance(ended, (int, float)) or ended < 1e9:  # a monotonic clock: not a wall time
+            ended = time.time()
+        self.monitor.bucket(float(ended), "provider", provider).add(
+            request_id=str(_call_attr(rec, "request_id", "")),
+            ttft_ms=timings["first_byte"],
+            total_ms=timings["total"],
+            error=not ok,
+            unavailable=unavailable,
+            rate_limited=was_429,
+        )
+
+    # ----- state read at scrape time ----------------------------------------------------------------
+    def bind_state(
+        self,
+        *,
+        queue_depth: Callable[[], int],
+        model_loaded: Callable[[], bool],
+        breaker_states: Callable[[], dict[str, str]],
+        update_status: Callable[[], dict] | None,
+        installed_version: Callable[[], str | None],
+    ) -> None:
+        self.sources.queue_depth = queue_depth
+        self.sources.model_loaded = model_loaded
+        self._bound_breakers = breaker_states
+        self.sources.update_status = update_status
+        self.sources.installed_version = installed_version
+
+    def _breakers(self) -> dict[str, str]:
+        states = dict(self._call_breakers)
+        if self._bound_breakers is not None:
+            with contextlib.suppress(Exception):
+                states.update({str(k): str(v) for k, v in (self._bound_breakers() or {}).items()})
+        return states
+
+    def render_metrics(self) -> tuple[bytes, str]:
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+    # ----- dashboard ----------------------------------------------------------------------------------
+    def dashboard_data(self) -> dict[str, Any]:
+        now = time.time()
+        src = self.sources
+        rows = {(r.minute, r.scope, r.name): r for r in self.monitor.recent.values()}
+        for r in self.monitor.open_rows():
+            key = (r.minute, r.scope, r.name)
+            rows[key] = rows[key].merge(r) if key in rows else r
+        oldest = minute_of(now) - (self.monitor.recent_minutes - 1) * MINUTE_S
+        series: dict[str, list[dict[str, Any]]] = {r: [] for r in ROUTES}
+        providers: dict[str, list[dict[str, Any]]] = {}
+        for (minute, scope, name), r in sorted(rows.items()):
+            if minute < oldest:
+                continue
+            point = {
+                "minute": minute,
+                "requests": r.requests,
+                "p50": r.ttft_p50_ms,
+                "p95": r.ttft_p95_ms,
+                "p99": r.ttft_p99_ms,
+                "availability": r.availability,
+            }
+            if scope == "route":
+                series.setdefault(name, []).append(point)
+            else:
+                providers.setdefault(name, []).append(point)
+        hour = {r: sum(p["requests"] for p in pts) for r, pts in series.items()}
+        totals = {k: self.totals.get(k, UsageTotals()) for k in (*ROUTES, REJECTED)}
+        hits = sum(u.cache_hits for u in totals.values())
+        misses = sum(u.cache_misses for u in totals.values())
+        saved = sum(u.avoided_usd for u in totals.values())
+        spent = sum(u.cost_usd for u in totals.values())
+        all_ttft = sorted(
+            v for r in rows.values() if r.scope == "route" and r.minute >= oldest for v in r.ttft_samples
+        )
+        update = _safe_call(src.update_status, {})
+        return {
+            "generated_at": now,
+            "started_at": self.started_at,
+            "window_minutes": self.monitor.recent_minutes,
+            "route_mix": {r: totals[r].requests for r in ROUTES},
+            "route_mix_last_hour": hour,
+            "requests": {
+                "total": sum(u.requests for u in totals.values()),
+                "rejected": totals[REJECTED].requests,
+                "errors": sum(u.errors for u in totals.values()),
+            },
+            "ttft": series,
+            "ttft_last_hour": {"p50": percentile(all_ttft, 50), "p99": percentile(all_ttft, 99)},
+            "providers": providers,
+            "cache": {
+                "hits": hits,
+                "misses": misses,
+                "hit_ratio": hits / (hits + misses) if hits + misses else 0.0,
+            },
+            "money": {
+                "currency": "USD",
+                "saved_usd": saved,
+                "cloud_cost_usd": spent,
+                "all_cloud_usd": saved + spent,
+                "reference_provider": self.prices.reference_name,
+            },
+            "model": {
+                "version": _safe_call(src.installed_version, None),
+                "loaded": bool(_safe_call(src.model_loaded, False)),
+                "queue_depth": int(_safe_call(src.queue_depth, 0)),
+            },
+            "update": self.redact.clean(
+                {
+                    str(k): v
+                    for k, v in dict(update).items()
+                    if isinstance(v, (str, int, float, bool)) or v is None
+                }
+            ),
+            "breakers": self._breakers(),
+            "device": self.device.snapshot.to_dict(),
+            "breaches": [b.to_dict() for b in reversed(self.monitor.recent_breaches)][:20],
+        }
+
+
+def _safe_call(fn: Callable[[], Any] | None, default: Any) -> Any:
+    if fn is None:
+        return default
+    try:
+        value = fn()
+    except Exception:
+        return default
+    return default if value is None else value

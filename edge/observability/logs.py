@@ -1,0 +1,111 @@
+"""One JSON line per request on the ``edgecloud.request`` logger.
+
+Fields are listed explicitly (never "dump the record"), so a field added to ``RequestRecord``
+later cannot leak into the logs by accident. Prompt text appears only when the operator turned
+``logging.log_prompts`` on, and every string passes through a ``Redactor`` that removes the
+configured API keys and anything shaped like a bearer token, so a key can never reach a log even
+if an upstream error message echoes it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from edge.records import RequestRecord
+
+REQUEST_LOGGER = "edgecloud.request"
+REDACTED = "[redacted]"
+
+_LOG_FIELDS = (
+    "request_id",
+    "route",
+    "reason",
+    "outcome",
+    "status",
+    "error_code",
+    "stream",
+    "provider",
+    "model",
+    "requested_model",
+    "scenario",
+    "label",
+    "confidence",
+    "degraded",
+    "cache",
+    "ttft_ms",
+    "total_ms",
+    "queue_ms",
+    "prefill_ms",
+    "prompt_tokens",
+    "completion_tokens",
+    "tokens_per_s",
+    "hedged",
+    "fallback",
+)
+_TOKEN_SHAPES = re.compile(
+    r"([Bb]earer\s+[A-Za-z0-9._~+/=-]{8,}|\bsk-[A-Za-z0-9_-]{8,}|\b(?:[Aa][Pp][Ii][_-]?[Kk][Ee][Yy]|[Tt]oken)=[^\s&\"']{6,})"
+)
+# Cheap substring checks first: the regex only runs on text that could hold a key at all.
+_TOKEN_HINTS = ("sk-", "earer", "=")
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
+
+class Redactor:
+    """Removes known secrets and key-shaped strings from text."""
+
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
+        self.secrets = sorted({s for s in secrets if s and len(s) >= 4}, key=len, reverse=True)
+
+    def __call__(self, text: str) -> str:
+        for secret in self.secrets:
+            if secret in text:
+                text = text.replace(secret, REDACTED)
+        if any(hint in text for hint in _TOKEN_HINTS):
+            text = _TOKEN_SHAPES.sub(REDACTED, text)
+        return text
+
+    def clean(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return self(value)
+        if isinstance(value, dict):
+            return {str(k): self.clean(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [self.clean(v) for v in value]
+        return value
+
+
+def _round(value: Any) -> Any:
+    return round(value, 2) if isinstance(value, float) else value
+
+
+def request_log_payload(rec: RequestRecord, *, log_prompts: bool) -> dict[str, Any]:
+    """The fields of one log line (not yet redacted: ``emit_request_log`` redacts the whole line)."""
+    payload: dict[str, Any] = {"event": "request", "ts": round(rec.started_at, 3)}
+    for name in _LOG_FIELDS:
+        value = getattr(rec, name)
+        if value is None or value == "":
+            continue
+        payload[name] = round(value, 2) if isinstance(value, float) else value
+    if rec.timings:
+        payload["timings"] = {
+            str(k): _round(v) for k, v in rec.timings.items() if isinstance(v, (int, float))
+        }
+    if log_prompts and rec.prompt:
+        payload["prompt"] = rec.prompt
+    return payload
+
+
+def emit_request_log(
+    logger: logging.Logger, rec: RequestRecord, *, log_prompts: bool, redact: Redactor
+) -> None:
+    """Log the record as one redacted JSON line; no work at all when the logger would drop INFO."""
+    if not logger.isEnabledFor(logging.INFO):
+        return
+    payload = request_log_payload(rec, log_prompts=log_prompts)
+    # One redaction pass over the serialised line covers every field, the prompt included.
+    line = redact(_ENCODER.encode(payload))
+    logger.info(line)
