@@ -589,11 +589,38 @@ def _wait_port(port: int, timeout_s: float = 15.0) -> None:
     raise RuntimeError(f"fake cloud did not listen on port {port}")
 
 
-if __name__ == "__main__":  # pragma: no cover - manual use: python -m bench.fake_cloud
-    handle = run_fake_cloud_in_thread(FakeCloudConfig(first_token_delay_s=0.2, tokens_per_s=30))
-    print(f"fake cloud at {handle.base_url} (Ctrl-C to stop)")
+def main(argv: list[str] | None = None) -> None:
+    """``python -m bench.fake_cloud``: serve until killed; prints ``READY <base_url> <ca_file|->``.
+
+    Benchmarks run the fake in its own process so that it does not share a GIL with the client
+    being measured.
+    """
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(prog="python -m bench.fake_cloud")
+    parser.add_argument("--http2-tls", action="store_true", help="hypercorn + TLS + h2 instead of uvicorn")
+    parser.add_argument("--set", action="append", default=[], metavar="FIELD=JSON",
+                        help="a FakeCloudConfig field, e.g. --set first_token_delay_s=0.2 --set tokens_per_s=30")
+    args = parser.parse_args(argv)
+    cfg = FakeCloudConfig()
+    for item in args.set:
+        name, _, raw = item.partition("=")
+        if name not in cfg.__dataclass_fields__:
+            parser.error(f"unknown field {name!r}")
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            value = raw
+        setattr(cfg, name, value)
+    handle = run_fake_cloud_in_thread(cfg, http2_tls=args.http2_tls)
+    print(f"READY {handle.base_url} {handle.ca_file or '-'}", flush=True)
     try:
-        while True:
-            time.sleep(3600)
+        sys.stdin.read()  # until the parent closes our stdin (or Ctrl-D)
     except KeyboardInterrupt:
-        handle.stop()
+        pass
+    handle.stop()
+
+
+if __name__ == "__main__":  # pragma: no cover - manual / benchmark use
+    main()

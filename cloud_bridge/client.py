@@ -28,6 +28,7 @@ import httpx
 
 from cloud_bridge.breaker import CircuitBreaker
 from cloud_bridge.config import CloudConfig, ProviderConfig
+from cloud_bridge.deadline import DeadlineExceeded, Watchdog
 from cloud_bridge.errors import BREAKER_KINDS, CloudError
 from cloud_bridge.redact import RedactingFilter, Redactor, safe_url
 from cloud_bridge.retry import RetryBudget, full_jitter_backoff, parse_retry_after
@@ -440,16 +441,13 @@ class CloudBridge:
             timeout=httpx.Timeout(connect_timeout, read=None),
         )
 
-        def first_limit() -> tuple[float, str]:
-            return (ttft_deadline, "timeout_ttft") if ttft_deadline <= hard else (hard, "timeout_total")
-
-        limit, kind = first_limit()
+        wd = Watchdog()
+        limit, kind = (ttft_deadline, "timeout_ttft") if ttft_deadline <= hard else (hard, "timeout_total")
+        wd.set(limit, kind)
         response: httpx.Response | None = None
+        stage = "waiting for response headers"
         try:
-            with anyio.move_on_after(limit - time.perf_counter()) as scope:
-                response = await prov.client.send(request, stream=True)
-            if scope.cancelled_caught or response is None:
-                raise self._timeout(kind, cfg, "waiting for response headers")
+            response = await wd.wait(prov.client.send(request, stream=True))
             timings.connection_reused = not trace.new_connection
             timings.http_version = response.http_version
             if timings.first_byte_ms is None:
@@ -457,20 +455,24 @@ class CloudBridge:
             upstream_id = next(
                 (response.headers[h] for h in _REQUEST_ID_HEADERS if h in response.headers), None
             )
+            stage = "reading the response"
             if response.status_code != 200:
-                raise await self._status_error(response, limit, kind, cfg)
+                raise await self._status_error(response, wd, cfg)
             if not cfg.stream:
                 async with contextlib.aclosing(
-                    self._read_json(prov, response, trace, limit, kind, upstream_id, payload["model"])
+                    self._read_json(prov, response, trace, wd, upstream_id, payload["model"])
                 ) as whole:
                     async for item in whole:
                         yield item
                 return
+            stage = "streaming"
             async with contextlib.aclosing(self._read_sse(
-                prov, response, trace, ttft_deadline, hard, upstream_id, payload["model"]
+                prov, response, trace, wd, ttft_deadline, hard, upstream_id, payload["model"]
             )) as events:
                 async for item in events:
                     yield item
+        except DeadlineExceeded as exc:
+            raise self._timeout(exc.kind, cfg, stage) from None
         except httpx.ConnectTimeout as exc:
             raise self._fail("timeout_connect", f"connect to {safe_url(cfg.base_url)} timed out") from exc
         except httpx.PoolTimeout as exc:
@@ -485,6 +487,7 @@ class CloudBridge:
         except httpx.DecodingError as exc:
             raise self._fail("bad_response", f"undecodable response body: {exc}") from exc
         finally:
+            wd.close()
             if response is not None:
                 await response.aclose()
 
@@ -496,36 +499,29 @@ class CloudBridge:
         }[kind]
         return self._fail(kind, f"provider {cfg.name} exceeded the {budget} while {what}", status=None)
 
-    async def _read_limited(self, response: httpx.Response, limit_bytes: int, until: float) -> bytes | None:
-        """Up to ``limit_bytes`` of the body before ``until``; None when the body is larger."""
+    async def _read_limited(self, response: httpx.Response, limit_bytes: int, wd: Watchdog) -> bytes | None:
+        """Up to ``limit_bytes`` of the body under the watchdog's deadline; None when it is larger."""
         chunks: list[bytes] = []
         size = 0
         iterator = response.aiter_bytes()
         while True:
-            with anyio.move_on_after(max(0.0, until - time.perf_counter())) as scope:
-                try:
-                    chunk: bytes | None = await iterator.__anext__()
-                except StopAsyncIteration:
-                    chunk = None
-            if scope.cancelled_caught:
-                raise TimeoutError
-            if chunk is None:
+            try:
+                chunk = await wd.wait(iterator.__anext__())
+            except StopAsyncIteration:
                 return b"".join(chunks)
             size += len(chunk)
             if size > limit_bytes:
                 return None
             chunks.append(chunk)
 
-    async def _status_error(
-        self, response: httpx.Response, until: float, kind: str, cfg: ProviderConfig
-    ) -> CloudError:
+    async def _status_error(self, response: httpx.Response, wd: Watchdog, cfg: ProviderConfig) -> CloudError:
         status = response.status_code
         retry_after = parse_retry_after(response.headers)
         message = f"provider {cfg.name} answered HTTP {status}"
         try:
-            raw = await self._read_limited(response, _ERROR_BODY_LIMIT, until)
-        except TimeoutError:
-            raw = b""
+            raw = await self._read_limited(response, _ERROR_BODY_LIMIT, wd)
+        except (DeadlineExceeded, httpx.HTTPError):
+            raw = b""  # the status alone is enough to act on
         if raw:
             detail = _error_message(raw)
             if detail:
@@ -547,16 +543,12 @@ class CloudBridge:
         prov: _Provider,
         response: httpx.Response,
         trace: PhaseTrace,
-        until: float,
-        kind: str,
+        wd: Watchdog,
         upstream_id: str | None,
         requested_model: str,
     ) -> AsyncIterator[ContentDelta | StreamDone]:
         cfg = prov.cfg
-        try:
-            raw = await self._read_limited(response, cfg.max_response_bytes, until)
-        except TimeoutError:
-            raise self._timeout(kind, cfg, "reading the response body") from None
+        raw = await self._read_limited(response, cfg.max_response_bytes, wd)
         if raw is None:
             message = f"response larger than {cfg.max_response_bytes} bytes"
             raise self._fail("too_large", message, retryable=False)
@@ -600,6 +592,7 @@ class CloudBridge:
         prov: _Provider,
         response: httpx.Response,
         trace: PhaseTrace,
+        wd: Watchdog,
         ttft_deadline: float,
         hard: float,
         upstream_id: str | None,
@@ -623,13 +616,11 @@ class CloudBridge:
             limit = phase
             if hard < phase:
                 limit, kind = hard, "timeout_total"
-            with anyio.move_on_after(limit - time.perf_counter()) as scope:
-                try:
-                    chunk: bytes | None = await iterator.__anext__()
-                except StopAsyncIteration:
-                    chunk = None
-            if scope.cancelled_caught:
-                raise self._timeout(kind, cfg, "streaming" if got_token else "waiting for the first token")
+            wd.set(limit, kind)
+            try:
+                chunk: bytes | None = await wd.wait(iterator.__anext__())
+            except StopAsyncIteration:
+                chunk = None
             if chunk is None:
                 break
             received += len(chunk)
@@ -671,7 +662,7 @@ class CloudBridge:
                         last_token = now
                         yield ContentDelta(text)
         if saw_done:
-            await self._drain_tail(iterator, hard)
+            await self._drain_tail(iterator, wd, hard)
         if not saw_done and finish_reason is None:
             raise self._fail("connect", "the upstream stream ended before it finished", status=200)
         if not saw_done and parser.pending_bytes:
@@ -682,16 +673,19 @@ class CloudBridge:
         )
 
     @staticmethod
-    async def _drain_tail(iterator: AsyncIterator[bytes], hard: float) -> None:
+    async def _drain_tail(iterator: AsyncIterator[bytes], wd: Watchdog, hard: float) -> None:
         """Read what follows ``[DONE]`` (the chunked terminator) so the connection returns to the pool.
 
         Closing an HTTP/1.1 response with unread body makes httpcore drop the connection, and the
         next escalation would pay a new handshake.
         """
-        with anyio.move_on_after(max(0.0, min(0.5, hard - time.perf_counter()))):
-            with contextlib.suppress(httpx.HTTPError):
-                async for _ in iterator:
-                    pass
+        wd.set(min(hard, time.perf_counter() + 0.5), "timeout_total")
+        with contextlib.suppress(httpx.HTTPError, DeadlineExceeded):
+            while True:
+                try:
+                    await wd.wait(iterator.__anext__())
+                except StopAsyncIteration:
+                    return
 
     # ----------------------------------------------------------------- warm connections
     async def _probe(self, prov: _Provider) -> None:

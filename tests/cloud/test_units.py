@@ -142,3 +142,37 @@ def test_timings_durations() -> None:
     d = t.durations()
     assert d["dns"] == 1 and d["connect"] == 2 and d["tls"] == 3 and d["first_byte"] == 13
     assert d["last_token"] == 15 and d["total"] == 41
+
+
+@pytest.mark.anyio
+async def test_watchdog_deadlines_and_external_cancel() -> None:
+    import asyncio
+    import time
+
+    from cloud_bridge.deadline import DeadlineExceeded, Watchdog
+
+    wd = Watchdog()
+    wd.set(time.perf_counter() + 0.05, "timeout_ttft")
+    with pytest.raises(DeadlineExceeded) as info:
+        await wd.wait(asyncio.sleep(5))
+    assert info.value.kind == "timeout_ttft"
+    # moving the deadline later before it passes keeps the wait alive (the gap timer re-arms)
+    wd.set(time.perf_counter() + 0.05, "timeout_gap")
+    wd.set(time.perf_counter() + 5, "timeout_gap")
+    assert await wd.wait(asyncio.sleep(0.1, result="ok")) == "ok"
+    # a deadline already passed fails at once
+    wd.set(time.perf_counter() - 1, "timeout_total")
+    with pytest.raises(DeadlineExceeded):
+        await wd.wait(asyncio.sleep(0))
+    wd.close()
+
+    async def waiter() -> None:
+        inner = Watchdog()
+        inner.set(time.perf_counter() + 5, "timeout_gap")
+        await inner.wait(asyncio.sleep(5))
+
+    task = asyncio.create_task(waiter())
+    await asyncio.sleep(0.02)
+    task.cancel()  # someone else's cancellation is not turned into a timeout
+    with pytest.raises(asyncio.CancelledError):
+        await task
