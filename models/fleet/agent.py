@@ -29,7 +29,7 @@ from urllib.parse import urlparse, urlunparse
 import httpx
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from tuf.api import exceptions as tuf_exc
-from tuf.api.metadata import TargetFile
+from tuf.api.metadata import Metadata, TargetFile, Targets
 from tuf.ngclient import Updater, UpdaterConfig
 
 from models.fleet import faults
@@ -354,7 +354,9 @@ class UpdateAgent:
     def _choose(self, updater: Updater) -> ManifestEntry | UpdateResult:
         info = updater.get_targetinfo(manifest_path(self.channel))
         if info is None:
-            raise UpdateFailed(f"channel {self.channel!r} has no manifest in this repository")
+            if self._channel_exists():
+                return UpdateResult("up_to_date", reason=f"channel {self.channel!r} offers no bundle yet")
+            raise UpdateFailed(f"the repository has no channel {self.channel!r}")
         path = updater.find_cached_target(info) or updater.download_target(info)
         manifest = ChannelManifest.from_bytes(Path(path).read_bytes())
         if manifest.channel != self.channel:
@@ -371,6 +373,16 @@ class UpdateAgent:
             return UpdateResult("skipped", version=entry.version,
                                 reason=f"version {entry.version} failed on this device before")
         return entry
+
+    def _channel_exists(self) -> bool:
+        """Is ``channel-<name>`` delegated? Reads the top-level targets ngclient just verified and cached,
+        so a mistyped ``--channel`` is an error instead of a device that silently never updates."""
+        try:
+            cached = Metadata[Targets].from_bytes((self._tuf_dir / "metadata" / "targets.json").read_bytes())
+        except (OSError, ValueError):
+            return False
+        roles = cached.signed.delegations.roles if cached.signed.delegations else None
+        return bool(roles) and f"channel-{self.channel}" in roles
 
     def _targets_for(self, updater: Updater, entry: ManifestEntry) -> list[tuple[ArtifactInfo, TargetFile]]:
         mine = parse_agent_version(self.agent_version)

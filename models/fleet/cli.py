@@ -118,7 +118,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def cmd_rotate(args: argparse.Namespace) -> int:
     repo = _repo(args)
-    keyids = repo.rotate_keys(args.role, keys=args.keys, threshold=args.threshold)
+    keyids = repo.rotate_keys(args.role, keys=args.keys, threshold=args.threshold, key_dir=args.new_key_dir)
     print(f"{args.role}: new keys {', '.join(k[:12] for k in keyids)}")
     _print_signatures(repo)
     return 0
@@ -218,6 +218,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--role", required=True, help="root, targets, snapshot, timestamp or a channel name")
     p.add_argument("--keys", type=int, default=1)
     p.add_argument("--threshold", type=int)
+    p.add_argument("--new-key-dir", type=Path, help="write the new private keys here (offline media for root)")
 
     p = sub("channel", cmd_channel_list, "list channels (or `channel add NAME`)")
     p.add_argument("action", nargs="?", choices=("list", "add"), default="list")

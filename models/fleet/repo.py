@@ -429,11 +429,16 @@ class FleetRepository(Repository):
         return version
 
     # -- key rotation -----------------------------------------------------------------------------
-    def rotate_keys(self, role: str, keys: int = 1, threshold: int | None = None) -> list[str]:
+    def rotate_keys(
+        self, role: str, keys: int = 1, threshold: int | None = None, key_dir: Path | None = None
+    ) -> list[str]:
         """Replace every key of ``role`` with new ones (TUF rotation: a new root version, signed by the
-        old and the new root keys, or a new delegation in ``targets`` for a channel)."""
-        online = self.workspace / "keys"
-        new_keys = [generate_key(online) for _ in range(keys)]
+        old and the new root keys, or a new delegation in ``targets`` for a channel). New private keys
+        go to ``key_dir`` (offline media for root) or the workspace."""
+        target_dir = Path(key_dir) if key_dir else self.workspace / "keys"
+        if key_dir and target_dir not in self.key_dirs:
+            self.key_dirs.append(target_dir)
+        new_keys = [generate_key(target_dir) for _ in range(keys)]
         if role.startswith(CHANNEL_PREFIX) or role in self.channels():
             role = role if role.startswith(CHANNEL_PREFIX) else channel_role(role)
             with self.edit_targets() as targets:

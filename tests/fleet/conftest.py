@@ -16,6 +16,7 @@ from onnx import TensorProto, helper
 
 from models.fleet.agent import Activator, UpdateAgent, UpdateResult
 from models.fleet.repo import FleetRepository
+from models.store import InstalledVersion
 
 from .rangeserver import RangeServer
 
@@ -131,7 +132,7 @@ class RecordingActivator(Activator):
         self.activated: list[int] = []
         self._version: int | None = None
 
-    async def activate(self, version) -> None:  # noqa: ANN001 - InstalledVersion
+    async def activate(self, version: InstalledVersion) -> None:
         import onnxruntime as ort
 
         await asyncio.to_thread(ort.InferenceSession, str(next(version.artifacts["intent"].glob("*.onnx"))),

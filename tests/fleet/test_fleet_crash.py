@@ -24,7 +24,7 @@ from .rangeserver import RangeServer
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _update(operator: Operator, server: RangeServer, data_dir: Path, kill_at: str | None = None):  # noqa: ANN202
+def _update(operator: Operator, server: RangeServer, data_dir: Path, kill_at: str | None = None):
     env = {k: v for k, v in os.environ.items() if k != ENV}
     if kill_at:
         env[ENV] = kill_at

@@ -43,6 +43,15 @@ def test_not_enough_disk_space_refuses_before_download(
     assert agent.status()["last_error"] == result.reason
 
 
+def test_unknown_channel_is_an_error(operator: Operator, server: RangeServer, tmp_path: Path) -> None:
+    operator.release(1)
+    agent = make_agent(operator, server, tmp_path / "device", channel="stabel")
+    result = run_cycle(agent)
+    assert result.status == "failed" and "no channel 'stabel'" in result.reason
+    empty = make_agent(operator, server, tmp_path / "canary", channel="canary")
+    assert run_cycle(empty).status == "up_to_date"
+
+
 def test_install_from_local_directory(operator: Operator, tmp_path: Path) -> None:
     """First install from set-up media (no HTTP), as the Jetson script can do."""
     operator.release(1)
