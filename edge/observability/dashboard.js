@@ -20,7 +20,11 @@
     n.textContent = text;
     n.setAttribute("data-value", String(value));
   }
-  function ms(v) { return v === null || v === undefined ? "–" : (v >= 1000 ? (v / 1000).toFixed(2) + " s" : Math.round(v) + " ms"); }
+  function ms(v) {
+    if (v === null || v === undefined) return "–";
+    if (v >= 1000) return (v / 1000).toFixed(2) + " s";
+    return (v < 10 && v !== Math.round(v) ? v.toFixed(1) : String(Math.round(v))) + " ms";
+  }
   function usd(v) { return "$" + (v >= 1 ? v.toFixed(2) : v.toFixed(4)); }
   function pct(v, digits) { return (v * 100).toFixed(digits === undefined ? 1 : digits) + "%"; }
   function hhmm(epoch) { const d = new Date(epoch * 1000); return d.toISOString().slice(11, 16); }
@@ -44,7 +48,7 @@
     ROUTES.forEach(function (r, i) {
       const y = 10 + i * 36;
       const n = mix[r] || 0;
-      const w = Math.round(400 * n / max);
+      const w = Math.round(760 * n / max);
       svg.appendChild(el("text", { x: 0, y: y + 17 }, r));
       svg.appendChild(el("rect", { x: 60, y: y, width: Math.max(w, 1), height: 24, fill: COLORS[r], rx: 3,
         "data-route": r, "data-value": n }));
@@ -62,7 +66,7 @@
   }
 
   function drawTtft(container, route, points, now, windowMin) {
-    const W = 600, H = 170, L = 52, R = 10, T = 10, B = 24;
+    const W = 1000, H = 180, L = 56, R = 12, T = 12, B = 24;
     const wrap = document.createElement("div");
     wrap.className = "chart";
     const h = document.createElement("h3");
