@@ -72,7 +72,7 @@ class AnswerCache:
         self.directory = Path(config.directory) if config.directory else Path(data_dir) / "cache"
         self._fingerprint = ""
         self._knowledge = str(config.knowledge_version)
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # re-entered when a recovery counts its own errors
         self._counts: Counter[str] = Counter()
         self._answers: diskcache.Cache | None = None
         self._faq: diskcache.Cache | None = None

@@ -43,8 +43,8 @@ _POLAR: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "down": (("down", "downstairs", "below"), ("楼下", "下楼")),
     "left": (("left",), ("左",)),
     "right": (("right",), ("右",)),
-    "men": (("men", "man", "male", "gents", "gentlemen", "boys"), ("男",)),
-    "women": (("women", "woman", "female", "ladies", "lady", "girls"), ("女",)),
+    "men": (("men", "mens", "man", "male", "gents", "gentlemen", "boys"), ("男",)),
+    "women": (("women", "womens", "woman", "female", "ladies", "lady", "girls"), ("女",)),
     "today": (("today",), ("今天", "今日")),
     "tomorrow": (("tomorrow",), ("明天", "明日")),
     "yesterday": (("yesterday",), ("昨天",)),
@@ -92,8 +92,13 @@ _POLAR_ZH: list[tuple[str, str]] = sorted(
 )
 # Chinese words that contain a polar or numeral character but mean neither ("离开" is handled as
 # depart above; these are neutral and removed first).
-_ZH_NEUTRAL = ("关于", "关系", "相关", "开车", "打开", "一下", "一些", "一起", "一样", "一直", "一般",
-               "一共", "一定", "万一", "统一", "唯一", "一切", "无障碍", "无线", "东西", "女士们先生们")
+# A-not-A questions ("有没有" = "is there") ask, they do not negate.
+_ZH_NEUTRAL = (
+    "有没有", "是不是", "能不能", "可不可以", "要不要", "对不对", "会不会",
+    "关于", "关系", "相关", "开车", "打开",
+    "一下", "一些", "一起", "一样", "一直", "一般", "一共", "一定", "万一", "统一", "唯一", "一切",
+    "无障碍", "无线", "东西", "女士们先生们",
+)
 _ZH_NEUTRAL_CONTENT = frozenset({"无障碍", "无线"})  # kept as content words, not read as negations
 
 _NEGATIONS_EN = frozenset({
