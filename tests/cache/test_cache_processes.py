@@ -7,10 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from edge.cache import AnswerCache
 from edge.config import CacheConfig
-
-import pytest
 
 from .conftest import ask, recall
 
