@@ -47,6 +47,7 @@ from models.fleet.transport import RepoFetcher, download_resumable, join, local_
 from models.store import InstalledVersion, ModelStore, write_bundle_file
 
 AGENT_VERSION = "0.1.0"
+_DISK_FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
 log = logging.getLogger(__name__)
 
 
@@ -58,6 +59,9 @@ class Activator(Protocol):
 
     async def health_check(self) -> bool:
         """After activation: is the gateway answering with the new version?"""
+
+    # Optional: ``async def deactivate(self) -> None`` -- called when a first install (no previous
+    # version) fails after activation, to return to the model built into the gateway.
 
 
 class UpdateFailed(RuntimeError):
@@ -239,8 +243,12 @@ class UpdateAgent:
             except BundleError as exc:
                 result = UpdateResult("failed", reason=str(exc), error_type="BundleError")
             except OSError as exc:
-                reason = "disk full" if exc.errno == errno.ENOSPC else f"{type(exc).__name__}: {exc}"
+                reason = "disk full" if exc.errno in _DISK_FULL else f"{type(exc).__name__}: {exc}"
                 result = UpdateResult("failed", reason=reason, error_type=type(exc).__name__)
+            except Exception as exc:  # a bug must not kill the scheduler; it shows in the status
+                log.exception("update cycle failed unexpectedly")
+                result = UpdateResult("failed", reason=f"internal error: {type(exc).__name__}: {exc}",
+                                      error_type=type(exc).__name__)
             finally:
                 self.metrics.in_progress.set(0)
                 self.state = "idle"
@@ -303,11 +311,13 @@ class UpdateAgent:
                                 smoke=smoke.checks)
         self.state = "rolling_back"
         restored = await asyncio.to_thread(store.roll_back, version, reason)
-        if self.activator is not None and old is not None and restored is not None:
-            try:
+        try:
+            if self.activator is not None and old is not None and restored is not None:
                 await self.activator.activate(old)
-            except Exception as exc:
-                reason += f"; re-activating version {old.version} also failed: {exc}"
+            elif self.activator is not None and hasattr(self.activator, "deactivate"):
+                await self.activator.deactivate()  # first install failed: back to the built-in model
+        except Exception as exc:
+            reason += f"; re-activating the previous model also failed: {exc}"
         return UpdateResult("rolled_back", version=version, reason=reason, error_type="ActivationFailed",
                             smoke=smoke.checks)
 
@@ -458,11 +468,14 @@ class UpdateAgent:
 
             try:
                 download_resumable(client, target_url(target_base, target), part, target, progress)
+            except OSError as exc:
+                if exc.errno in _DISK_FULL:  # free what we took: the gateway needs the space more
+                    self.store.discard_staging(entry.version)
+                    raise UpdateFailed(f"disk full while downloading {target.path}; staging discarded") from exc
+                raise
             except Exception as exc:
                 if "more than" in str(exc):
                     part.unlink(missing_ok=True)
-                if isinstance(exc, OSError):
-                    raise
                 raise UpdateFailed(f"{target.path}: {exc}") from exc
             if not _verifies(target, part):
                 part.unlink(missing_ok=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import random
 import sys
 from pathlib import Path
 from typing import Any, TextIO
@@ -86,12 +87,10 @@ def _report(agent: UpdateAgent, result: UpdateResult, args: argparse.Namespace) 
 
 
 async def _service(agent: UpdateAgent, args: argparse.Namespace) -> int:
+    """Own-service mode (no gateway in this process): check, report, sleep interval + jitter."""
     while True:
-        await asyncio.sleep(0)
         result = await agent.check_and_apply()
         _report(agent, result, args)
-        import random
-
         await asyncio.sleep(args.interval + random.uniform(0, args.jitter))
 
 

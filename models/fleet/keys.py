@@ -14,6 +14,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import (
     BestAvailableEncryption,
     Encoding,
@@ -34,13 +35,11 @@ def _passphrase() -> bytes | None:
 def generate_key(directory: Path) -> SSlibKey:
     """Create a new ed25519 key pair in ``directory`` and return its public key."""
     directory.mkdir(parents=True, exist_ok=True)
-    signer = CryptoSigner.generate_ed25519()
-    key = signer.public_key
+    private = Ed25519PrivateKey.generate()
+    key = SSlibKey.from_crypto(private.public_key(), scheme="ed25519")
     secret = _passphrase()
     encryption = BestAvailableEncryption(secret) if secret else NoEncryption()
-    pem = signer._private_key.private_bytes(  # the public API only offers unencrypted bytes
-        encoding=Encoding.PEM, format=PrivateFormat.PKCS8, encryption_algorithm=encryption
-    )
+    pem = private.private_bytes(encoding=Encoding.PEM, format=PrivateFormat.PKCS8, encryption_algorithm=encryption)
     private_path = directory / f"{key.keyid}.pem"
     fd = os.open(private_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "wb") as fh:

@@ -61,3 +61,31 @@ def test_install_from_local_directory(operator: Operator, tmp_path: Path) -> Non
                         trusted_root=operator.root, reserve_bytes=0)
     assert run_cycle(agent).status == "updated"
     assert agent.store.current_version() == 1
+
+
+def test_disk_full_mid_download_discards_staging(operator: Operator, server: RangeServer, tmp_path: Path) -> None:
+    """A real write failure half-way (RLIMIT_FSIZE makes the kernel refuse writes past 1 MB, the way a
+    full disk refuses them): the update fails cleanly, staging is freed, the device keeps version 1."""
+    import json
+    import subprocess
+    import sys
+
+    data_dir = tmp_path / "device"
+    operator.release(1)
+    agent = make_agent(operator, server, data_dir)
+    assert run_cycle(agent).status == "updated"
+    operator.release(2, config_padding=PADDING)
+    launcher = (
+        "import resource, runpy, signal, sys; signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (1_000_000, 1_000_000)); "
+        "sys.argv = ['device_cli'] + sys.argv[1:]; runpy.run_module('models.fleet.device_cli', run_name='__main__')"
+    )
+    cmd = [sys.executable, "-c", launcher, "update", "--repository", server.url, "--trusted-root",
+           str(operator.root), "--data-dir", str(data_dir), "--once", "--reserve-mb", "0", "--json"]
+    proc = subprocess.run(cmd, cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True,
+                          timeout=120, check=False)
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert proc.returncode == 1 and result["status"] == "failed", proc.stderr
+    assert "disk full" in result["reason"]
+    assert result["installed"] == 1
+    assert not (agent.store.staging_dir / "2").exists()
