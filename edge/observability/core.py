@@ -46,15 +46,48 @@ def _call_attr(rec: object, name: str, default: Any = None) -> Any:
     return default if value is None else value
 
 
-def _call_timing(rec: object, phase: str) -> float | None:
-    """A phase in ms from ``rec.timings[<phase>_ms]`` or ``rec.<phase>_ms``."""
-    timings = getattr(rec, "timings", None)
-    value = None
-    if isinstance(timings, dict):
-        value = timings.get(f"{phase}_ms", timings.get(phase))
-    if value is None:
-        value = getattr(rec, f"{phase}_ms", None)
+def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def call_phases(rec: object) -> dict[str, float | None]:
+    """Per-phase durations in ms (dns, connect, tls, first_byte, total) of one attempt.
+
+    ``cloud_bridge``'s ``CallTimings`` holds offsets from the start of the logical call and turns
+    them into durations itself (``durations()``); a plain dict (or attributes) is read as durations.
+    """
+    timings = getattr(rec, "timings", None)
+    if timings is not None and callable(getattr(timings, "durations", None)):
+        d = timings.durations()
+        return {phase: _number(d.get(phase)) for phase in CLOUD_PHASES}
+    out: dict[str, float | None] = {}
+    for phase in CLOUD_PHASES:
+        value = timings.get(f"{phase}_ms", timings.get(phase)) if isinstance(timings, dict) else None
+        out[phase] = _number(value if value is not None else getattr(rec, f"{phase}_ms", None))
+    return out
+
+
+def call_ttft_ms(rec: object) -> float | None:
+    """The attempt's own time to first token (first byte when no token was seen), from its start."""
+    t = getattr(rec, "timings", None)
+    if t is not None and hasattr(t, "attempt_start_ms"):
+        mark = _number(getattr(t, "first_token_ms", None)) or _number(getattr(t, "first_byte_ms", None))
+        return None if mark is None else max(0.0, mark - float(t.attempt_start_ms))
+    return call_phases(rec)["first_byte"]
+
+
+# Failures the provider answers for (its SLA); auth, size and client errors are the caller's.
+PROVIDER_FAULT_KINDS = frozenset(
+    {
+        "server_error",
+        "connect",
+        "timeout_connect",
+        "timeout_ttft",
+        "timeout_gap",
+        "timeout_total",
+        "bad_response",
+    }
+)
 
 
 def merge_stored(kind: str, old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
@@ -232,44 +265,59 @@ class Observability:
                 )
         emit_request_log(self.request_log, rec, log_prompts=self.log_prompts, redact=self.redact)
 
-    def observe_cloud_call(self, rec: object) -> None:
-        """One upstream attempt (``cloud_bridge``'s CallRecord or any object with its attributes)."""
+    def observe_cloud_call(self, rec: object, at: float | None = None) -> None:
+        """One record from ``cloud_bridge``'s ``on_call`` (its ``CallRecord``, or any object with its fields).
+
+        Attempts (``logical=False``) feed the per-provider metrics and SLA minutes; the whole-call
+        record (``logical=True``) repeats the last attempt, so it only counts calls. A cancelled
+        attempt (the kiosk went away) says nothing about the provider and is only counted. ``at``
+        (wall clock) is for replays and tests; live records are stamped on arrival.
+        """
         m = self.metrics
         provider = str(_call_attr(rec, "provider", "unknown"))[:60]
         ok = bool(_call_attr(rec, "ok", False))
-        status = _call_attr(rec, "status")
-        status = int(status) if isinstance(status, int) else None
-        kind = str(_call_attr(rec, "error_kind", _call_attr(rec, "error", "")) or "")[:40]
-        was_429 = bool(_call_attr(rec, "was_429", status == 429))
-        attempt = _call_attr(rec, "attempt", 0)
-        retried = bool(_call_attr(rec, "retried", False)) or (isinstance(attempt, int) and attempt > 1)
-        m.cloud_calls.labels(provider, "ok" if ok else "error").inc()
-        if not ok:
-            m.cloud_errors.labels(provider, kind or (f"http_{status}" if status else "unknown")).inc()
-        if retried:
-            m.cloud_retries.labels(provider).inc()
-        if was_429:
-            m.cloud_429.labels(provider).inc()
-        timings = {phase: _call_timing(rec, phase) for phase in CLOUD_PHASES}
-        for phase, ms in timings.items():
-            if ms is not None:
-                m.cloud_phase.labels(provider, phase).observe(ms / 1000.0)
+        if _call_attr(rec, "logical", False):
+            m.cloud_requests.labels(provider, "ok" if ok else "error").inc()
+            return
+        self._calls_seen = True
         breaker = _call_attr(rec, "breaker_state")
         if breaker:
             self._call_breakers[provider] = str(getattr(breaker, "value", breaker))
-        self._calls_seen = True
+        if _call_attr(rec, "cancelled", False):
+            m.cloud_calls.labels(provider, "cancelled").inc()
+            return
+        status = _call_attr(rec, "status")
+        status = int(status) if isinstance(status, int) else None
+        kind = str(_call_attr(rec, "error_kind", "") or "")[:40]
+        was_429 = bool(_call_attr(rec, "was_429", status == 429))
+        m.cloud_calls.labels(provider, "ok" if ok else "error").inc()
+        if not ok:
+            m.cloud_errors.labels(provider, kind or (f"http_{status}" if status else "unknown")).inc()
+        if _call_attr(rec, "retried", False):
+            m.cloud_retries.labels(provider).inc()
+        if was_429:
+            m.cloud_429.labels(provider).inc()
+        phases = call_phases(rec)
+        for phase, ms in phases.items():
+            if ms is not None:
+                m.cloud_phase.labels(provider, phase).observe(ms / 1000.0)
         unavailable = (
             not ok
             and not was_429
-            and (status is None or status >= 500 or "timeout" in kind or "connect" in kind)
+            and (
+                kind in PROVIDER_FAULT_KINDS
+                or (status is not None and status >= 500)
+                or (status is None and not kind)
+            )
         )
-        ended = _call_attr(rec, "ended_at", _call_attr(rec, "finished_at", time.time()))
-        if not isinstance(ended, (int, float)) or ended < 1e9:  # a monotonic clock: not a wall time
-            ended = time.time()
-        self.monitor.bucket(float(ended), "provider", provider).add(
+        if at is None:
+            at = _number(_call_attr(rec, "ended_at"))
+        if at is None or at < 1e9:  # absent, or a monotonic reading: stamp it now
+            at = time.time()
+        self.monitor.bucket(at, "provider", provider).add(
             request_id=str(_call_attr(rec, "request_id", "")),
-            ttft_ms=timings["first_byte"],
-            total_ms=timings["total"],
+            ttft_ms=call_ttft_ms(rec),
+            total_ms=phases["total"],
             error=not ok,
             unavailable=unavailable,
             rate_limited=was_429,

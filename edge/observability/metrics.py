@@ -138,14 +138,21 @@ class RequestMetrics:
         )
         self.cloud_calls = Counter(
             "cloud_calls",
-            "Upstream attempts by provider and outcome (ok, error).",
+            "Upstream attempts by provider and outcome (ok, error, cancelled).",
+            ["provider", "outcome"],
+            namespace=ns,
+            registry=registry,
+        )
+        self.cloud_requests = Counter(
+            "cloud_requests",
+            "Whole cloud calls (all retries and fail-overs included) by the provider that ended them.",
             ["provider", "outcome"],
             namespace=ns,
             registry=registry,
         )
         self.cloud_phase = Histogram(
             "cloud_phase_seconds",
-            "Upstream phases per attempt: dns, connect, tls, first_byte, total.",
+            "Upstream phase durations per attempt: dns, connect, tls, first_byte (request sent to first byte), total.",
             ["provider", "phase"],
             namespace=ns,
             buckets=LATENCY_BUCKETS_S,

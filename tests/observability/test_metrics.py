@@ -64,17 +64,39 @@ def test_cloud_phases_retries_429_and_breakers(obs: Observability) -> None:
     v = metric_values(obs.render_metrics()[0].decode())
     assert value(v, "edgecloud_cloud_calls_total", provider="acme", outcome="ok") == CLOUD_OK_N
     assert value(v, "edgecloud_cloud_calls_total", provider="acme", outcome="error") == 2
-    assert value(v, "edgecloud_cloud_errors_total", provider="acme", kind="http_5xx") == 1
+    assert value(v, "edgecloud_cloud_errors_total", provider="acme", kind="server_error") == 1
+    assert value(v, "edgecloud_cloud_errors_total", provider="acme", kind="rate_limited") == 1
+    assert value(v, "edgecloud_cloud_requests_total", provider="acme", outcome="error") == 1  # the logical call
     assert value(v, "edgecloud_cloud_rate_limited_total", provider="acme") == 1
     assert value(v, "edgecloud_cloud_retries_total", provider="acme") == 1
     for phase, total in (("dns", 0.006), ("connect", 0.06), ("tls", 0.12)):
         assert value(v, "edgecloud_cloud_phase_seconds_count", provider="acme", phase=phase) == CLOUD_OK_N
         assert value(v, "edgecloud_cloud_phase_seconds_sum", provider="acme", phase=phase) == pytest.approx(total)
     assert value(v, "edgecloud_cloud_phase_seconds_count", provider="acme", phase="first_byte") == 5
+    assert value(v, "edgecloud_cloud_phase_seconds_sum", provider="acme", phase="first_byte") \
+        == pytest.approx(3 * 1.4 + 0.08 + 0.09)
+    # Durations, not offsets: the retry started 300 ms into the call and lasted 95 ms.
+    assert value(v, "edgecloud_cloud_phase_seconds_sum", provider="acme", phase="total") \
+        == pytest.approx(3 * 3.9 + 0.08 + 0.095)
     # The bound breaker states win over the last state seen on a call ("open").
     assert value(v, "edgecloud_cloud_breaker_state", provider="acme", state="half_open") == 1
     assert value(v, "edgecloud_cloud_breaker_state", provider="acme", state="open") == 0
     assert value(v, "edgecloud_cloud_breaker_state", provider="backup", state="closed") == 1
+
+
+def test_cancelled_attempts_say_nothing_about_the_provider(tmp_path) -> None:
+    import asyncio
+
+    from .helpers import T0, call
+
+    o = Observability(make_settings(tmp_path))
+    o.observe_cloud_call(call(ok=False, status=None, cancelled=True, rid="gone"), at=T0)
+    o.observe_cloud_call(call(first_byte=250.0, total=900.0, attempt_start=0.0, rid="fine"), at=T0 + 1)
+    v = metric_values(o.render_metrics()[0].decode())
+    assert value(v, "edgecloud_cloud_calls_total", provider="acme", outcome="cancelled") == 1
+    assert value(v, "edgecloud_cloud_calls_total", provider="acme", outcome="error") == 0
+    (row,) = asyncio.run(o.flush(now=T0 + 3600))
+    assert (row.scope, row.requests, row.errors, row.ttft_p99_ms, row.total_p99_ms) == ("provider", 1, 0, 250.0, 900.0)
 
 
 def test_state_gauges_updates_and_model(obs: Observability) -> None:

@@ -14,7 +14,7 @@ from edge.observability.sla import MinuteRow, evaluate, excluded, parse_window, 
 from edge.observability.store import MinuteStore, StoredRow
 from edge.report_cli import render_sla, sla_report_data
 
-from .helpers import T0, CallRecord, make_settings, record
+from .helpers import T0, call, make_settings, record
 
 SLA = {"acme": {"ttft_p99_s": 1.0, "availability": 0.99, "exclusions": ["2026-01-01T00:03:00Z/PT2M"]}}
 
@@ -25,11 +25,11 @@ def _minute_of_calls(obs: Observability, minute: int, *, slow: int = 0, failed: 
         rid = f"m{minute}-{i:03d}"
         bad = i < failed
         fb = 2000.0 if i >= n - slow else 100.0 + i
-        obs.observe_cloud_call(CallRecord(
-            provider="acme", ok=not bad, status=503 if bad else 200, error_kind="http_5xx" if bad else None,
-            timings={"dns_ms": 1.0, "connect_ms": 5.0, "tls_ms": 10.0, "first_byte_ms": fb, "total_ms": fb + 500},
-            request_id=rid, ended_at=T0 + minute * 60 + 1 + i * 0.5,
-        ))
+        obs.observe_cloud_call(
+            call(ok=not bad, status=503 if bad else 200, kind="server_error" if bad else None,
+                 first_byte=fb, total=fb + 500, rid=rid),
+            at=T0 + minute * 60 + 1 + i * 0.5,
+        )
 
 
 def _known_series(tmp_path: Path) -> Observability:

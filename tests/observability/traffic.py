@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from edge.observability import Observability
 
-from .helpers import T0, CallRecord, record
+from .helpers import T0, call, record
 
 EDGE_N, CACHE_N, CLOUD_OK_N = 4, 2, 3
 SAVED_EDGE = EDGE_N * (100 * 2 + 50 * 8) / 1e6      # 0.0024
@@ -29,23 +29,22 @@ def feed(obs: Observability, t0: float = T0) -> None:
             prompt_tokens=80, completion_tokens=40, prompt=PROMPT,
         ))
     for i in range(CLOUD_OK_N):
-        obs.observe_cloud_call(CallRecord(
-            provider="acme", ok=True, status=200,
-            timings={"dns_ms": 2.0, "connect_ms": 20.0, "tls_ms": 40.0, "first_byte_ms": 1400.0, "total_ms": 3900.0},
-            request_id=f"cloud-{i}", ended_at=t0 + 20 + i,
-        ))
+        obs.observe_cloud_call(
+            call(dns=2.0, connect=20.0, tls=40.0, first_byte=1400.0, total=3900.0, rid=f"cloud-{i}"),
+            at=t0 + 20 + i,
+        )
         obs.observe_request(record(
             f"cloud-{i}", t0 + 16 + i, "cloud", reason="classifier:complex:0.97", cache="store", provider="acme",
             ttft_ms=1500.0, total_ms=4000.0, prompt_tokens=1000, completion_tokens=200, prompt=PROMPT,
         ))
-    obs.observe_cloud_call(CallRecord(
-        provider="acme", ok=False, status=429, error_kind="rate_limited", was_429=True,
-        timings={"first_byte_ms": 80.0, "total_ms": 80.0}, request_id="cloud-err", ended_at=t0 + 30,
-    ))
-    obs.observe_cloud_call(CallRecord(
-        provider="acme", ok=False, status=502, error_kind="http_5xx", retried=True, breaker_state="open",
-        timings={"first_byte_ms": 90.0, "total_ms": 95.0}, request_id="cloud-err", ended_at=t0 + 31,
-    ))
+    # One kiosk request: a 429, then a retry that got a 502 and opened the breaker, then gave up.
+    obs.observe_cloud_call(call(ok=False, status=429, kind="rate_limited", first_byte=80.0, total=80.0,
+                                rid="cloud-err"), at=t0 + 30)
+    obs.observe_cloud_call(call(ok=False, status=502, kind="server_error", first_byte=90.0, total=95.0,
+                                attempt_start=300.0, retried=True, breaker="open", rid="cloud-err"), at=t0 + 31)
+    obs.observe_cloud_call(call(ok=False, status=502, kind="server_error", first_byte=90.0, total=395.0,
+                                attempt_start=300.0, retried=True, breaker="open", rid="cloud-err", logical=True),
+                           at=t0 + 31)
     obs.observe_request(record(
         "cloud-err", t0 + 29, "cloud", reason="classifier:complex:0.99", provider="acme", outcome="error",
         status=502, error_code="upstream_error", total_ms=2000.0, prompt=PROMPT,
