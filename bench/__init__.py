@@ -1,0 +1,1 @@
+"""Benchmarks: the kiosk end-to-end benchmark, the scale test and the per-part overhead benchmarks."""

@@ -1,0 +1,151 @@
+"""Figures of one strategy's requests: percentiles per route, tokens, cost, errors, complex-to-edge.
+
+Pure functions over plain records, so the same code summarises a live run and a test's hand-made
+records. Percentiles are linear-interpolated (numpy's default), which keeps P50 <= P95 <= P99 by
+construction; a group with no sample reports ``None`` rather than a made-up zero.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+ROUTES = ("edge", "cloud", "cache")
+
+
+@dataclass
+class RequestResult:
+    """One request as the kiosk saw it."""
+
+    strategy: str
+    session: int
+    kiosk: int
+    turn: int
+    kind: str
+    label: str
+    dataset_label: str
+    lang: str
+    source: str
+    status: int = 0
+    route: str | None = None
+    reason: str | None = None
+    cache: str | None = None
+    ttft_s: float | None = None
+    total_s: float | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    finish_reason: str | None = None
+    error: str | None = None
+    sent_at_s: float = 0.0  # since the strategy's start
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.route is not None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Prices:
+    """USD per million tokens (the provider's ``price_input_per_mtok``/``price_output_per_mtok``)."""
+
+    input_per_mtok: float
+    output_per_mtok: float
+
+    def cost(self, prompt_tokens: int, completion_tokens: int) -> float:
+        return prompt_tokens * self.input_per_mtok / 1e6 + completion_tokens * self.output_per_mtok / 1e6
+
+
+def percentiles(values: list[float], qs: tuple[int, ...] = (50, 95, 99)) -> dict[str, float | None]:
+    if not values:
+        return {f"p{q}": None for q in qs}
+    arr = np.asarray(values, dtype=float)
+    return {f"p{q}": round(float(np.percentile(arr, q)), 4) for q in qs}
+
+
+def latency_block(results: list[RequestResult]) -> dict[str, Any]:
+    """TTFT P50/P95/P99 and total-time P50/P95/P99 (seconds) of the successful requests."""
+    ttft = [r.ttft_s for r in results if r.ok and r.ttft_s is not None]
+    total = [r.total_s for r in results if r.ok and r.total_s is not None]
+    return {
+        "count": len(ttft),
+        "ttft_s": {**percentiles(ttft), "mean": round(float(np.mean(ttft)), 4) if ttft else None},
+        "total_s": {**percentiles(total), "mean": round(float(np.mean(total)), 4) if total else None},
+    }
+
+
+def summarize(results: list[RequestResult], prices: Prices, wall_s: float,
+              cloud_counters: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Every figure the issue asks for, for one strategy."""
+    ok = [r for r in results if r.ok]
+    errors = [r for r in results if not r.ok]
+    routes = Counter(r.route for r in ok)
+    cloud = [r for r in ok if r.route == "cloud"]
+    prompt = sum(r.prompt_tokens for r in cloud)
+    completion = sum(r.completion_tokens for r in cloud)
+    complex_all = [r for r in results if r.label == "complex"]
+    complex_edge = [r for r in complex_all if r.ok and r.route == "edge"]
+    strict_all = [r for r in results if r.dataset_label == "complex"]
+    strict_edge = [r for r in strict_all if r.ok and r.route == "edge"]
+    reasons = Counter(r.reason or "?" for r in ok)
+    return {
+        "requests": len(results),
+        "ok": len(ok),
+        "errors": len(errors),
+        "error_codes": dict(Counter(r.error or "?" for r in errors).most_common()),
+        "routes": {route: routes.get(route, 0) for route in ROUTES},
+        "reasons": dict(reasons.most_common(12)),
+        "overall": latency_block(results),
+        "per_route": {route: latency_block([r for r in ok if r.route == route]) for route in ROUTES},
+        "cloud_tokens": {"prompt": prompt, "completion": completion, "total": prompt + completion},
+        "cloud_cost_usd": round(prices.cost(prompt, completion), 8),
+        "cloud_cost_usd_per_1k_requests": round(
+            1000 * prices.cost(prompt, completion) / max(1, len(results)), 8),
+        "cloud_counters": cloud_counters or {},
+        "complex": {
+            "requests": len(complex_all),
+            "to_edge": len(complex_edge),
+            "to_edge_share": round(len(complex_edge) / len(complex_all), 4) if complex_all else None,
+            "strict_requests": len(strict_all),
+            "strict_to_edge": len(strict_edge),
+            "strict_to_edge_share": round(len(strict_edge) / len(strict_all), 4) if strict_all else None,
+        },
+        "by_kind": {kind: {"requests": n, "routes": dict(Counter(r.route or "error" for r in results
+                                                                  if r.kind == kind))}
+                    for kind, n in sorted(Counter(r.kind for r in results).items())},
+        "wall_s": round(wall_s, 2),
+        "requests_per_s": round(len(results) / wall_s, 3) if wall_s > 0 else None,
+    }
+
+
+def _cut(base: float | None, new: float | None) -> float | None:
+    if base is None or new is None or base <= 0:
+        return None
+    return round(1.0 - new / base, 4)
+
+
+def evaluate_targets(strategies: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The issue's targets, hybrid against all-cloud; each with its measured value and verdict."""
+    hybrid, cloud = strategies.get("hybrid"), strategies.get("all-cloud")
+    if hybrid is None or cloud is None:
+        return {"evaluated": False, "why": "needs both the hybrid and the all-cloud strategy"}
+    median_cut = _cut(cloud["overall"]["ttft_s"]["p50"], hybrid["overall"]["ttft_s"]["p50"])
+    p99_cut = _cut(cloud["overall"]["ttft_s"]["p99"], hybrid["overall"]["ttft_s"]["p99"])
+    tokens_cut = _cut(float(cloud["cloud_tokens"]["total"]), float(hybrid["cloud_tokens"]["total"]))
+    complex_share = hybrid["complex"]["to_edge_share"]
+    def at_least(value: float | None, target: float) -> dict[str, Any]:
+        return {"value": value, "target": target, "met": value is not None and value >= target}
+
+    checks = {
+        "ttft_p50_cut": at_least(median_cut, 0.80),
+        "ttft_p99_cut": at_least(p99_cut, 0.60),
+        "cloud_tokens_cut": at_least(tokens_cut, 0.60),
+        "complex_to_edge_share": {"value": complex_share, "target": 0.02,
+                                  "met": complex_share is not None and complex_share <= 0.02,
+                                  "strict_value": hybrid["complex"]["strict_to_edge_share"]},
+    }
+    return {"evaluated": True, "all_met": all(c["met"] for c in checks.values()), **checks}
