@@ -4,9 +4,13 @@ Three ways to make the same streamed call to the same local fake cloud (run in i
 so it does not share our GIL), interleaved in random order in one run so that load on the
 machine hits all of them alike:
 
-* ``fresh``  - a new ``httpx.AsyncClient`` per call: every call pays TCP (+TLS) set-up;
-* ``raw``    - one warm ``httpx.AsyncClient``, a minimal SSE loop: the floor;
-* ``bridge`` - ``CloudBridge.stream_chat`` (warm pool, trace phases, timeouts, retry logic, parser).
+* ``fresh_client`` - a new ``httpx.AsyncClient`` per call (what ``async with httpx.AsyncClient()``
+  per request does): pays client set-up (SSL context, CA bundle) and TCP (+TLS) every call;
+* ``fresh_conn``   - one client with keep-alive off: a new TCP (+TLS) connection per call, i.e.
+  the handshake cost alone;
+* ``raw``          - one warm ``httpx.AsyncClient``, a minimal SSE loop: the floor;
+* ``bridge``       - ``CloudBridge.stream_chat`` (warm pool, trace phases, timeouts, retry logic,
+  strict SSE parser).
 
 Targets (issue 3): bridge - raw < 1 ms at the median; bridge beats fresh by the handshake cost.
 ``--setup-ms`` adds a per-connection delay in the fake (a stand-in for a far-away handshake).
@@ -37,7 +41,7 @@ from cloud_bridge import CloudBridge, CloudConfig, ContentDelta, ProviderConfig
 RESULTS = Path(__file__).resolve().parent / "results"
 BODY = {"messages": [{"role": "user", "content": "benchmark " + " ".join(f"w{i}" for i in range(30))}],
         "max_tokens": 64}
-MODES = ("fresh", "raw", "bridge")
+MODES = ("fresh_client", "fresh_conn", "raw", "bridge")
 
 
 def start_fake(http2_tls: bool, setup_ms: float) -> tuple[subprocess.Popen[str], str, str | None]:
@@ -105,6 +109,8 @@ async def run(calls: int, base_url: str, ca_file: str | None, http2: bool, seed:
     verify: bool | ssl.SSLContext = ssl.create_default_context(cafile=ca_file) if ca_file else True
     url = base_url.rstrip("/") + "/chat/completions"
     warm = httpx.AsyncClient(http2=http2, verify=verify, timeout=30)
+    no_keepalive = httpx.AsyncClient(http2=http2, verify=verify, timeout=30,
+                                     limits=httpx.Limits(max_keepalive_connections=0))
     bridge = CloudBridge(CloudConfig(providers=[ProviderConfig(
         name="bench", base_url=base_url, api_key="sk-bench", verify_tls=ca_file or True, http2=http2,
         model="fake-gpt")], keep_warm=False))
@@ -112,29 +118,38 @@ async def run(calls: int, base_url: str, ca_file: str | None, http2: bool, seed:
     for _ in range(10):  # warm both pools and the code paths
         await raw_call(warm, url)
         await bridge_call(bridge)
-    results: dict[str, dict[str, list[float]]] = {m: {"ttft": [], "total": []} for m in MODES}
+    results: dict[str, dict[str, list[float]]] = {m: {"ttft": [], "total": [], "cpu": []} for m in MODES}
     rng = random.Random(seed)
     for _ in range(calls):
         order = list(MODES)
         rng.shuffle(order)
         for mode in order:
-            if mode == "fresh":
+            cpu0 = time.process_time()
+            if mode == "fresh_client":
                 async with httpx.AsyncClient(http2=http2, verify=verify, timeout=30) as fresh:
                     ttft, total = await raw_call(fresh, url)
+            elif mode == "fresh_conn":
+                ttft, total = await raw_call(no_keepalive, url)
             elif mode == "raw":
                 ttft, total = await raw_call(warm, url)
             else:
                 ttft, total = await bridge_call(bridge)
             results[mode]["ttft"].append(ttft)
             results[mode]["total"].append(total)
+            # CPU time of this process for the call: robust to other load on the machine.
+            results[mode]["cpu"].append(time.process_time() - cpu0)
     await warm.aclose()
+    await no_keepalive.aclose()
     await bridge.aclose()
     out: dict[str, Any] = {m: {k: summary(v) for k, v in results[m].items()} for m in MODES}
-    b, r, f = out["bridge"], out["raw"], out["fresh"]
+    b, r, f, fc = out["bridge"], out["raw"], out["fresh_client"], out["fresh_conn"]
     out["comparison"] = {
         "bridge_minus_raw_ttft_median_ms": b["ttft"]["median_ms"] - r["ttft"]["median_ms"],
         "bridge_minus_raw_total_median_ms": b["total"]["median_ms"] - r["total"]["median_ms"],
         "bridge_over_raw_ttft_ratio": b["ttft"]["median_ms"] / r["ttft"]["median_ms"],
+        "bridge_minus_raw_cpu_median_ms": b["cpu"]["median_ms"] - r["cpu"]["median_ms"],
+        "fresh_conn_minus_bridge_ttft_median_ms": fc["ttft"]["median_ms"] - b["ttft"]["median_ms"],
+        "fresh_conn_over_bridge_ttft_ratio": fc["ttft"]["median_ms"] / b["ttft"]["median_ms"],
         "fresh_minus_bridge_ttft_median_ms": f["ttft"]["median_ms"] - b["ttft"]["median_ms"],
         "fresh_over_bridge_ttft_ratio": f["ttft"]["median_ms"] / b["ttft"]["median_ms"],
         "fresh_over_bridge_total_ratio": f["total"]["median_ms"] / b["total"]["median_ms"],
@@ -162,15 +177,18 @@ def main(argv: list[str] | None = None) -> int:
             proc.kill()
     transport = "HTTP/2+TLS (hypercorn)" if args.http2_tls else "HTTP/1.1 (uvicorn)"
     print(f"cloud_overhead: {args.calls} calls per mode, {transport}, setup delay {args.setup_ms:g} ms")
-    print(f"{'mode':<8}{'TTFT p50':>10}{'TTFT p99':>10}{'total p50':>11}{'total p99':>11}   (ms)")
+    print(f"{'mode':<13}{'TTFT p50':>10}{'TTFT p99':>10}{'total p50':>11}{'total p99':>11}{'CPU p50':>9}   (ms)")
     for mode in MODES:
-        t, tot = figures[mode]["ttft"], figures[mode]["total"]
-        print(f"{mode:<8}{t['median_ms']:>10.2f}{t['p99_ms']:>10.2f}{tot['median_ms']:>11.2f}{tot['p99_ms']:>11.2f}")
+        t, tot, cpu = figures[mode]["ttft"], figures[mode]["total"], figures[mode]["cpu"]
+        print(f"{mode:<13}{t['median_ms']:>10.2f}{t['p99_ms']:>10.2f}{tot['median_ms']:>11.2f}{tot['p99_ms']:>11.2f}"
+              f"{cpu['median_ms']:>9.2f}")
     c = figures["comparison"]
     print(f"bridge - raw warm httpx, median TTFT: {c['bridge_minus_raw_ttft_median_ms']:+.3f} ms "
-          f"(total {c['bridge_minus_raw_total_median_ms']:+.3f} ms; target < 1 ms)")
-    print(f"fresh connection - bridge, median TTFT: {c['fresh_minus_bridge_ttft_median_ms']:+.3f} ms "
-          f"(fresh/bridge TTFT ratio {c['fresh_over_bridge_ttft_ratio']:.2f}x)")
+          f"(total {c['bridge_minus_raw_total_median_ms']:+.3f} ms, client CPU per call "
+          f"{c['bridge_minus_raw_cpu_median_ms']:+.3f} ms; target < 1 ms)")
+    print(f"fresh connection - bridge, median TTFT: {c['fresh_conn_minus_bridge_ttft_median_ms']:+.3f} ms "
+          f"(ratio {c['fresh_conn_over_bridge_ttft_ratio']:.2f}x); fresh client - bridge: "
+          f"{c['fresh_minus_bridge_ttft_median_ms']:+.3f} ms (ratio {c['fresh_over_bridge_ttft_ratio']:.2f}x)")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     report = {"benchmark": "cloud_overhead", "calls": args.calls, "transport": transport,

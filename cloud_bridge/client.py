@@ -608,6 +608,7 @@ class CloudBridge:
         usage: dict[str, Any] | None = None
         model = requested_model
         saw_done = False
+        first_event = True
         iterator = response.aiter_bytes()
         while not saw_done:
             phase, kind = (last_token + cfg.max_gap_s, "timeout_gap") if got_token else (
@@ -640,12 +641,15 @@ class CloudBridge:
                     raise self._fail("bad_response", "malformed SSE event (not an object)", status=200)
                 if event.event == "error" or "error" in obj:
                     raise self._upstream_error(obj.get("error", obj))
-                if upstream_id is None and isinstance(obj.get("id"), str):
-                    upstream_id = obj["id"]
-                if isinstance(obj.get("model"), str) and obj["model"]:
-                    model = obj["model"]
-                if isinstance(obj.get("usage"), dict):
-                    usage = obj["usage"]
+                if first_event:  # id and model are the same in every chunk: read them once
+                    first_event = False
+                    if upstream_id is None and isinstance(obj.get("id"), str):
+                        upstream_id = obj["id"]
+                    if isinstance(obj.get("model"), str) and obj["model"]:
+                        model = obj["model"]
+                chunk_usage = obj.get("usage")
+                if chunk_usage and isinstance(chunk_usage, dict):
+                    usage = chunk_usage
                 for choice in obj.get("choices") or ():
                     if not isinstance(choice, dict):
                         continue

@@ -33,6 +33,14 @@ class SSEParser:
         if self._pending_cr and buf.startswith(b"\n"):
             buf = buf[1:]  # the LF of a CRLF split across reads
         self._pending_cr = False
+        if b"\r" not in buf:  # the common case (LF only): one C-level split instead of a find loop
+            lines = buf.split(b"\n")
+            self._buf = lines.pop()
+            for raw in lines:
+                event = self._line(raw.decode("utf-8", errors="replace"))
+                if event is not None:
+                    events.append(event)
+            return events
         start = 0
         length = len(buf)
         while start < length:
