@@ -23,7 +23,14 @@ from edge.records import RequestRecord
 from .cost import REJECTED, ROUTES, PriceBook, UsageTotals, usage_key, usage_of
 from .device import DeviceSampler
 from .logs import REQUEST_LOGGER, Redactor, emit_request_log
-from .metrics import CLOUD_PHASES, ChildCache, RequestMetrics, StateCollector, StateSources
+from .metrics import (
+    CLOUD_PHASES,
+    ChildCache,
+    RequestMetrics,
+    StateCollector,
+    StateSources,
+    flatten_update_status,
+)
 from .monitor import SlaMonitor
 from .sla import MINUTE_S, MinuteRow, evaluate, minute_of, percentile
 from .store import MinuteStore, StoredRow
@@ -416,13 +423,7 @@ class Observability:
                 "loaded": bool(_safe_call(src.model_loaded, False)),
                 "queue_depth": int(_safe_call(src.queue_depth, 0)),
             },
-            "update": self.redact.clean(
-                {
-                    str(k): v
-                    for k, v in dict(update).items()
-                    if isinstance(v, (str, int, float, bool)) or v is None
-                }
-            ),
+            "update": self.redact.clean(flatten_update_status(update)),
             "breakers": self._breakers(),
             "device": self.device.snapshot.to_dict(),
             "breaches": [b.to_dict() for b in reversed(self.monitor.recent_breaches)][:20],

@@ -169,9 +169,13 @@
     setText("model-loaded", d.model.loaded ? "loaded" : "not loaded");
     setText("queue-depth", String(d.model.queue_depth));
     const up = d.update || {};
-    setValue("update-state", String(up.state || up.status || up.last_result || "–"), up.state || up.status || "");
-    setText("update-detail", Object.keys(up).filter(function (k) { return k !== "state"; }).slice(0, 4)
-      .map(function (k) { return k + ": " + up[k]; }).join(" · "));
+    setValue("update-state", String(up.state || "–"), up.state || "");
+    const detail = [];
+    if (up.last_result) detail.push("last: " + up.last_result);
+    if (up.installed_version !== undefined && up.installed_version !== null) detail.push("bundle " + up.installed_version);
+    if (up.last_check) detail.push("checked " + hhmm(up.last_check) + " UTC");
+    if (up.last_error) detail.push("error: " + up.last_error);
+    setText("update-detail", detail.join(" · "));
     drawRouteMix(d.route_mix);
     const charts = document.getElementById("ttft-charts");
     clear(charts);

@@ -9,7 +9,6 @@ if an upstream error message echoes it.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from collections.abc import Iterable
@@ -51,7 +50,6 @@ _TOKEN_SHAPES = re.compile(
 )
 # Cheap substring checks first: the regex only runs on text that could hold a key at all.
 _TOKEN_HINTS = ("sk-", "earer", "=")
-_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 
 class Redactor:
@@ -82,30 +80,48 @@ def _round(value: Any) -> Any:
     return round(value, 2) if isinstance(value, float) else value
 
 
-def request_log_payload(rec: RequestRecord, *, log_prompts: bool) -> dict[str, Any]:
-    """The fields of one log line (not yet redacted: ``emit_request_log`` redacts the whole line)."""
-    payload: dict[str, Any] = {"event": "request", "ts": round(rec.started_at, 3)}
+def request_log_payload(rec: RequestRecord, *, log_prompts: bool, redact: Redactor) -> dict[str, Any]:
+    """The fields of one log line, every string redacted."""
+    payload: dict[str, Any] = {"event": "request", "ts_start": round(rec.started_at, 3)}
     for name in _LOG_FIELDS:
         value = getattr(rec, name)
         if value is None or value == "":
             continue
-        payload[name] = round(value, 2) if isinstance(value, float) else value
+        if isinstance(value, str):
+            value = redact(value)
+        elif isinstance(value, float):
+            value = round(value, 2)
+        payload[name] = value
     if rec.timings:
         payload["timings"] = {
             str(k): _round(v) for k, v in rec.timings.items() if isinstance(v, (int, float))
         }
     if log_prompts and rec.prompt:
-        payload["prompt"] = rec.prompt
+        payload["prompt"] = redact(rec.prompt)
     return payload
+
+
+def _summary(p: dict[str, Any]) -> str:
+    """The human-readable message, for text logs; JSON logs carry the fields themselves."""
+    parts = [
+        f"request {p.get('request_id', '-')}",
+        p.get("route") or "-",
+        p.get("outcome", "ok"),
+        str(p.get("status", "")),
+    ]
+    for key in ("ttft_ms", "total_ms"):
+        if key in p:
+            parts.append(f"{key}={p[key]}")
+    return " ".join(parts)
 
 
 def emit_request_log(
     logger: logging.Logger, rec: RequestRecord, *, log_prompts: bool, redact: Redactor
 ) -> None:
-    """Log the record as one redacted JSON line; no work at all when the logger would drop INFO."""
+    """One record on ``edgecloud.request`` whose ``extra`` holds the fields (one JSON line with
+    ``edge.logs.JsonFormatter``); no work at all when the logger would drop INFO.
+    """
     if not logger.isEnabledFor(logging.INFO):
         return
-    payload = request_log_payload(rec, log_prompts=log_prompts)
-    # One redaction pass over the serialised line covers every field, the prompt included.
-    line = redact(_ENCODER.encode(payload))
-    logger.info(line)
+    payload = request_log_payload(rec, log_prompts=log_prompts, redact=redact)
+    logger.info(_summary(payload), extra=payload)

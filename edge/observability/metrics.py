@@ -253,6 +253,32 @@ class StateSources:
     installed_version: Callable[[], str | None] | None = None
 
 
+# Bounded, non-secret fields of the update status that become labels of ``edgecloud_update_info``.
+UPDATE_INFO_LABELS = ("state", "last_result", "installed_version", "channel", "hardware", "agent_version")
+
+
+def flatten_update_status(status: Any) -> dict[str, Any]:
+    """The update agent's status as flat scalars: nested ``{"status", "version", "finished_at"}``
+    objects (``installed``, ``last_result``) become ``last_result``, ``installed_version`` ...;
+    anything else nested (progress, paths) is left out.
+    """
+    if not isinstance(status, Mapping):
+        return {}
+    out: dict[str, Any] = {}
+    for key, value in status.items():
+        key = str(key)[:40]
+        if isinstance(value, Mapping):
+            if "status" in value:
+                out[key] = value["status"]
+            if isinstance(value.get("version"), (int, str)):
+                out[f"{key}_version"] = value["version"]
+            if isinstance(value.get("finished_at"), (int, float)):
+                out[f"{key}_at"] = value["finished_at"]
+        elif value is None or isinstance(value, (str, int, float, bool)):
+            out[key] = value
+    return out
+
+
 def _safe(fn: Callable[[], Any] | None, default: Any) -> Any:
     """A scrape must never fail because one source did."""
     if fn is None:
@@ -311,26 +337,21 @@ class StateCollector(Collector):
 
     def _update_metrics(self, status: Mapping[str, Any]) -> Iterator[Any]:
         ns = NAMESPACE
-        if not isinstance(status, Mapping):
-            return
-        labels = {
-            str(k): _label_value(v)
-            for k, v in status.items()
-            if isinstance(v, str) or (v is None) or isinstance(v, bool)
-        }
-        info = InfoMetricFamily(f"{ns}_update", "The fleet update agent's last state and result.")
-        info.add_metric(
-            [], {k: ("" if v == "None" else v) for k, v in labels.items() if re.match(r"^[a-z_]+$", k)}
+        flat = flatten_update_status(status)
+        labels = {k: _label_value(v) for k, v in flat.items() if k in UPDATE_INFO_LABELS and v is not None}
+        info = InfoMetricFamily(
+            f"{ns}_update", "The fleet update agent's state, last result, installed bundle."
         )
+        info.add_metric([], labels)
         yield info
         gauge = GaugeMetricFamily(
             f"{ns}_update_status_value",
-            "Numeric fields of the update agent's status (timestamps, counts).",
+            "Numeric fields of the update agent's status (timestamps, versions).",
             labels=["field"],
         )
-        for key, value in sorted(status.items()):
+        for key, value in sorted(flat.items()):
             if isinstance(value, (int, float)) and not isinstance(value, bool):
-                gauge.add_metric([str(key)[:40]], float(value))
+                gauge.add_metric([key], float(value))
         yield gauge
 
     def _device_metrics(self, snap: DeviceSnapshot | None) -> Iterator[Any]:

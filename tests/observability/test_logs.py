@@ -7,6 +7,7 @@ import logging
 
 import pytest
 
+from edge.logs import JsonFormatter
 from edge.observability import Observability
 from edge.observability.logs import REQUEST_LOGGER, Redactor
 
@@ -15,7 +16,20 @@ from .traffic import PROMPT, feed
 
 
 def _lines(caplog: pytest.LogCaptureFixture) -> list[dict]:
-    return [json.loads(r.getMessage()) for r in caplog.records if r.name == REQUEST_LOGGER]
+    """The request records as the gateway's JSON formatter writes them: one JSON object per line."""
+    fmt = JsonFormatter()
+    out = []
+    for r in caplog.records:
+        if r.name == REQUEST_LOGGER:
+            line = fmt.format(r)
+            assert "\n" not in line
+            out.append(json.loads(line))
+    return out
+
+
+def _text(caplog: pytest.LogCaptureFixture) -> str:
+    fmt = JsonFormatter()
+    return "\n".join(fmt.format(r) for r in caplog.records)
 
 
 def test_one_line_per_request_without_prompt_or_key(tmp_path, caplog: pytest.LogCaptureFixture) -> None:
@@ -31,7 +45,8 @@ def test_one_line_per_request_without_prompt_or_key(tmp_path, caplog: pytest.Log
     assert (first["prompt_tokens"], first["completion_tokens"]) == (100, 50)
     rejected = lines[-1]
     assert rejected["outcome"] == "rejected" and rejected["status"] == 400 and "route" not in rejected
-    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert first["logger"] == REQUEST_LOGGER and first["msg"].startswith("request edge-0 edge ok")
+    text = _text(caplog)
     assert PROMPT not in text and "Alice" not in text and "prompt\":" not in text
     assert API_KEY not in text
 
@@ -53,7 +68,7 @@ def test_keys_are_redacted_wherever_they_appear(tmp_path, caplog: pytest.LogCapt
             "k1", T0, "cloud", provider="acme", outcome="error", status=401,
             error_code=f"upstream said: invalid key {API_KEY}", model="Bearer abcdefghijklmnop",
         ))
-    text = caplog.records[-1].getMessage()
+    text = _text(caplog)
     assert API_KEY not in text and "abcdefghijklmnop" not in text
     assert text.count("[redacted]") == 2
 

@@ -11,6 +11,24 @@ from .helpers import API_KEY, make_settings, metric_values, value
 from .traffic import CACHE_N, CLOUD_COST, CLOUD_OK_N, EDGE_N, SAVED_CACHE, SAVED_EDGE, feed
 
 
+# The shape of models.fleet.agent.UpdateAgent.status().
+AGENT_STATUS = {
+    "state": "idle",
+    "installed": {"version": 7, "label": "smollm2", "bundle": "b", "hardware": "orin-nx", "path": "/x",
+                  "artifacts": {}},
+    "previous": None,
+    "channel": "stable",
+    "hardware": "orin-nx",
+    "agent_version": "1",
+    "repository": "https://updates.example.invalid/fleet",
+    "last_check": 1767225600.0,
+    "last_error": None,
+    "last_result": {"status": "updated", "version": 7, "installed": 7, "reason": "", "error_type": "",
+                    "smoke": {}, "finished_at": 1767225600.0},
+    "progress": {"bytes_done": 10},
+}
+
+
 @pytest.fixture
 def obs(tmp_path):
     o = Observability(make_settings(tmp_path))
@@ -18,8 +36,7 @@ def obs(tmp_path):
         queue_depth=lambda: 3,
         model_loaded=lambda: True,
         breaker_states=lambda: {"acme": "half_open", "backup": "closed"},
-        update_status=lambda: {"state": "idle", "last_result": "installed", "last_check": 1767225600.0,
-                               "failures": 0},
+        update_status=lambda: AGENT_STATUS,
         installed_version=lambda: "smollm2-135m-q4@2026.01.1",
     )
     feed(o)
@@ -104,9 +121,27 @@ def test_state_gauges_updates_and_model(obs: Observability) -> None:
     assert value(v, "edgecloud_edge_queue_depth") == 3
     assert value(v, "edgecloud_edge_model_loaded") == 1
     assert value(v, "edgecloud_model_info", version="smollm2-135m-q4@2026.01.1") == 1
-    assert value(v, "edgecloud_update_info", state="idle", last_result="installed") == 1
+    assert value(v, "edgecloud_update_info", state="idle", last_result="updated", installed_version="7",
+                 channel="stable", hardware="orin-nx", agent_version="1") == 1
     assert value(v, "edgecloud_update_status_value", field="last_check") == 1767225600.0
-    assert value(v, "edgecloud_update_status_value", field="failures") == 0
+    assert value(v, "edgecloud_update_status_value", field="installed_version") == 7
+    assert value(v, "edgecloud_update_status_value", field="last_result_at") == 1767225600.0
+    assert "updates.example.invalid" not in str(v)  # the repository URL is not a label
+    d = obs.dashboard_data()["update"]
+    assert (d["state"], d["last_result"], d["installed_version"]) == ("idle", "updated", 7)
+
+
+def test_fleet_update_metrics_share_the_registry(obs: Observability) -> None:
+    """The lead passes ``obs.registry`` to the UpdateAgent: its series then appear on /metrics too."""
+    from models.fleet.agent import UpdateMetrics
+
+    fleet = UpdateMetrics(obs.registry)
+    fleet.bundle_version.set(7)
+    fleet.updates.labels(result="updated").inc()
+    v = metric_values(obs.render_metrics()[0].decode())
+    assert value(v, "edgecloud_model_bundle_version") == 7
+    assert value(v, "edgecloud_model_updates_total", result="updated") == 1
+    assert value(v, "edgecloud_model_info", version="smollm2-135m-q4@2026.01.1") == 1
 
 
 def test_broken_state_sources_do_not_break_a_scrape(tmp_path) -> None:
