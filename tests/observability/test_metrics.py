@@ -10,7 +10,6 @@ from edge.observability.metrics import reason_label
 from .helpers import API_KEY, make_settings, metric_values, value
 from .traffic import CACHE_N, CLOUD_COST, CLOUD_OK_N, EDGE_N, SAVED_CACHE, SAVED_EDGE, feed
 
-
 # The shape of models.fleet.agent.UpdateAgent.status().
 AGENT_STATUS = {
     "state": "idle",
