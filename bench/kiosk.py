@@ -81,7 +81,7 @@ class KioskOptions:
     @classmethod
     def quick_defaults(cls, **overrides: Any) -> KioskOptions:
         """The CI smoke run: few requests, cloud delays scaled to 20%, short answers (< 2 minutes)."""
-        base: dict[str, Any] = {"quick": True, "concurrency": 4, "sessions": 8, "think_mean_s": 0.1,
+        base: dict[str, Any] = {"quick": True, "concurrency": 4, "sessions": 6, "think_mean_s": 0.1,
                                 "max_tokens": 16, "time_scale": 0.2}
         base.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**base)
