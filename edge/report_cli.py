@@ -302,19 +302,27 @@ def render_cost(data: dict[str, Any], fmt: str) -> str:
 # ----- argparse ---------------------------------------------------------------------------------------
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--since", default="24h", help="start: 30m, 24h, 7d, an ISO-8601 time or 'all' (default 24h)"
+        "--since",
+        default="24h",
+        type=parse_since,
+        help="start: 30m, 24h, 7d, an ISO-8601 time or 'all' (default 24h)",
     )
-    p.add_argument("--until", default=None, help="end: ISO-8601 time (default now)")
+    p.add_argument("--until", default=None, type=_instant, help="end: ISO-8601 time (default now)")
     p.add_argument("--format", choices=FORMATS, default="table")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--data-dir", default=None, help="the gateway's data directory (its sla/ is read)")
     where.add_argument("--config", default=None, help="the gateway's TOML config (targets, prices, data dir)")
 
 
+def _instant(text: str) -> float:
+    try:
+        return parse_instant(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--until wants an ISO-8601 time, not {text!r}") from None
+
+
 def _period(args: argparse.Namespace) -> tuple[float, float | None]:
-    since = parse_since(args.since)
-    until = parse_instant(args.until) if args.until else None
-    return since, until
+    return args.since, args.until
 
 
 def _run_sla(args: argparse.Namespace) -> int:
