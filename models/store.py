@@ -37,8 +37,9 @@ class StoreError(RuntimeError):
 
 @dataclass(frozen=True)
 class InstalledVersion:
-    """A complete, verified version on disk. ``artifacts["intent"]`` is a directory (onnx + card),
-    the other kinds are single files."""
+    """A complete, verified version on disk. Every artifact is a file path; for ``intent`` it is the
+    ``.onnx`` file, and its folder also holds the other files of that kind (``card.json``), so
+    ``IntentClassifier.load(artifacts["intent"].parent)`` loads it."""
 
     version: int
     label: str
@@ -91,7 +92,8 @@ def read_version_dir(directory: Path) -> InstalledVersion:
         file_path = directory / kind / item["file_name"]
         if not file_path.is_file():
             raise StoreError(f"{file_path} is missing")
-        artifacts[kind] = directory / kind if kind == "intent" else file_path
+        if kind != "intent" or file_path.suffix == ".onnx" or kind not in artifacts:
+            artifacts[kind] = file_path
     return InstalledVersion(
         version=int(desc["version"]),
         label=str(desc.get("label", "")),

@@ -36,7 +36,8 @@ def _check_gguf(path: Path) -> str:
     return f"generated {text!r}"
 
 
-def _check_intent(directory: Path) -> str:
+def _check_intent(model: Path) -> str:
+    directory = model.parent if model.is_file() else model
     onnx_files = sorted(directory.glob("*.onnx"))
     if not onnx_files:
         raise RuntimeError("no .onnx file in the intent artifact")

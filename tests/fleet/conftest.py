@@ -135,7 +135,7 @@ class RecordingActivator(Activator):
     async def activate(self, version: InstalledVersion) -> None:
         import onnxruntime as ort
 
-        await asyncio.to_thread(ort.InferenceSession, str(next(version.artifacts["intent"].glob("*.onnx"))),
+        await asyncio.to_thread(ort.InferenceSession, str(version.artifacts["intent"]),
                                 providers=["CPUExecutionProvider"])
         self.activated.append(version.version)
         if version.version == self.fail_activate:

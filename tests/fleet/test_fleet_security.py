@@ -37,7 +37,7 @@ def test_good_update_then_up_to_date(operator: Operator, server: RangeServer, tm
     current = agent.store.current()
     assert current is not None and current.label == "v1"
     assert set(current.artifacts) == {"faq", "config", "intent"}
-    assert current.artifacts["intent"].is_dir()
+    assert current.artifacts["intent"].suffix == ".onnx" and current.artifacts["intent"].is_file()
     assert run_cycle(agent).status == "up_to_date"
     operator.release(2)
     assert run_cycle(agent).status == "updated"
