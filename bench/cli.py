@@ -44,7 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     s = sub.add_parser("scale", help="sustained load on cache hits and /v1/route, several uvicorn workers")
     s.add_argument("--workers", default="1,2", help="comma-separated worker counts (default 1,2)")
-    s.add_argument("--concurrency", default="4,16,64", help="comma-separated client concurrency levels")
+    s.add_argument("--concurrency", default="1,4,16,64", help="comma-separated client concurrency levels")
     s.add_argument("--duration", type=float, default=8.0, help="seconds per load level (default 8)")
     s.add_argument("--p99-bound-ms", type=float, default=50.0, help="the P99 latency bound, ms (default 50)")
     s.add_argument("--targets", default="cache,route", help="comma-separated: cache, route")
