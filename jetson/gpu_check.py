@@ -74,15 +74,19 @@ def captured_stderr() -> Iterator[list[str]]:
     """
     out: list[str] = []
     sys.stderr.flush()
-    saved = os.dup(2)
+    saved_fd, saved_stream = os.dup(2), sys.stderr
     with tempfile.TemporaryFile(mode="w+b") as tmp:
         os.dup2(tmp.fileno(), 2)
+        # llama-cpp-python's log callback prints to sys.stderr, which need not be fd 2 (a test
+        # runner or a wrapper may have replaced it): point it at the same file.
+        sys.stderr = open(tmp.fileno(), "w", encoding="utf-8", closefd=False, buffering=1)
         try:
             yield out
         finally:
             sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
+            sys.stderr = saved_stream
+            os.dup2(saved_fd, 2)
+            os.close(saved_fd)
             tmp.seek(0)
             out.append(tmp.read().decode("utf-8", errors="replace"))
 

@@ -251,7 +251,7 @@ def python_system(argv: list[str], state: dict[str, Any]) -> int:
     bindir.mkdir(parents=True, exist_ok=True)
     for name, fake in (("python", "venv-python"), ("edgecloud", "venv-edgecloud")):
         script = bindir / name
-        script.write_text(f'#!/bin/sh\nexec "{os.environ["FAKE_REAL_PYTHON"]}" "{__file__}" {fake} "$@"\n')
+        script.write_text(f'#!/bin/sh\nexec "{os.environ["FAKE_REAL_PYTHON"]}" -S "{__file__}" {fake} "$@"\n')
         script.chmod(0o755)
     return 0
 

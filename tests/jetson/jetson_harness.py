@@ -276,7 +276,7 @@ class FakeJetson:
         self.bin.mkdir(parents=True, exist_ok=True)
         for name in FAKE_COMMANDS:
             script = self.bin / name
-            script.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKES}" {name} "$@"\n')
+            script.write_text(f'#!/bin/sh\nexec "{sys.executable}" -S "{FAKES}" {name} "$@"\n')
             script.chmod(0o755)
 
     def _write_state(self) -> None:
