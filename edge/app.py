@@ -212,6 +212,18 @@ async def _sse(answer: Answer, writer: ChunkWriter, include_usage: bool) -> Asyn
     yield DONE
 
 
+async def _collect(answer: Answer) -> Finish | APIError:
+    """Run a non-streaming answer to its end: its ``Finish``, or the error that cut it."""
+    finish: Finish | None = None
+    try:
+        async for event in answer.events():
+            if isinstance(event, Finish):
+                finish = event
+    except APIError as exc:
+        return exc
+    return finish if finish is not None else internal("The backend ended without finishing.")
+
+
 def create_app(settings: Settings) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -302,14 +314,18 @@ def create_app(settings: Settings) -> FastAPI:
                 headers={**_headers(answer, request_id, False), "cache-control": "no-cache",
                          "x-accel-buffering": "no"},
             )
-        finish: Finish | None = None
-        try:
-            async for event in answer.events():
-                if isinstance(event, Finish):
-                    finish = event
-        except APIError as exc:
-            return error_response(exc, request_id)
-        assert finish is not None
+        finish = await _collect(answer)
+        if isinstance(finish, APIError):
+            # Nothing reached the kiosk yet: the other backend may answer instead.
+            try:
+                retry = await services_of(request).pipeline.restart_elsewhere(answer, finish)
+            except APIError as exc:
+                return error_response(exc, request_id)
+            if retry is None:
+                return error_response(finish, request_id)
+            answer, finish = retry, await _collect(retry)
+            if isinstance(finish, APIError):
+                return error_response(finish, request_id)
         body_out = completion_body(completion_id, req.model, answer.text, finish, _timings(answer, finish))
         return JSONResponse(body_out, headers=_headers(answer, request_id, True, finish))
 

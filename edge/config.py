@@ -65,6 +65,8 @@ class EdgeModelConfig(BaseModel):
     max_tokens_limit: int = 4096
     chat_format: str | None = None  # None: the template stored in the GGUF
     flash_attn: bool = False
+    # KV cache precision. q8_0 halves the cache (needs flash attention, turned on for it).
+    kv_cache_type: Literal["f16", "q8_0", "q4_0"] = "f16"
     use_mlock: bool = False
     warmup: bool = True
 

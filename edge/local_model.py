@@ -40,6 +40,7 @@ from .types import ChatRequest, Finish, TextDelta, Usage
 
 log = logging.getLogger("edgecloud.edge")
 
+_GGML_TYPES = {"f16": 1, "q8_0": 8, "q4_0": 2}  # ggml_type values for the KV cache
 EMBEDDED_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 EMBEDDED_MODEL_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 
@@ -188,7 +189,9 @@ class LocalModel:
             n_batch=cfg.n_batch,
             n_ubatch=cfg.n_ubatch,
             n_gpu_layers=cfg.n_gpu_layers,
-            flash_attn=cfg.flash_attn,
+            flash_attn=cfg.flash_attn or cfg.kv_cache_type != "f16",
+            type_k=_GGML_TYPES[cfg.kv_cache_type],
+            type_v=_GGML_TYPES[cfg.kv_cache_type],
             use_mlock=cfg.use_mlock,
             verbose=False,
         )

@@ -235,6 +235,32 @@ class Pipeline:
                 d.degraded = d.degraded or "cloud-unavailable"
             return other, f"fallback:{primary}-{why}", first, rest, False, True
 
+    async def restart_elsewhere(self, answer: Answer, exc: APIError) -> Answer | None:
+        """A non-streaming answer failed mid-way: nothing reached the kiosk yet, so the other
+        backend may answer it from scratch when the policy allows. None if it may not."""
+        d = answer.decision
+        if d is None or answer.route not in ("edge", "cloud"):
+            return None
+        other = "cloud" if answer.route == "edge" else "edge"
+        if not self._may_fall_back(d, other, exc):
+            return None
+        req = answer.request
+        if other == "edge":
+            reject_for_edge(req)
+        first, rest = await self._first(self._backend(other), req)
+        record = self.new_record(req)
+        record.scenario, record.label, record.confidence = d.scenario, d.label, d.confidence
+        record.fallback = True
+        timer = answer.timer
+        timer.mark("ttft")
+        retry = Answer(
+            request=req, route=other, reason=f"fallback:{answer.route}-{exc.code or 'error'}", model="",
+            timer=timer, record=record, first=first, rest=rest,
+            degraded="cloud-unavailable" if other == "edge" else None, cache=answer.cache, decision=d,
+        )
+        retry._done = lambda a, outcome, finish, error: self._finish(a, outcome, finish, error, None)
+        return retry
+
     def _may_fall_back(self, d: Decision, other: str, exc: APIError) -> bool:
         if exc.status < 500 and exc.code not in ("context_length_exceeded", "rate_limit_exceeded"):
             return False

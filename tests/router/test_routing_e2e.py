@@ -201,3 +201,16 @@ def test_hedge_fast_cloud_wins_and_edge_never_starts(tmp_path, cloud, embedded_m
         assert r.headers["x-edgecloud-route"] == "cloud"
         assert r.headers["x-edgecloud-reason"].endswith(":low-confidence")
         assert gw.services.edge.generations_started == before
+
+
+def test_non_streaming_cut_mid_answer_is_answered_by_the_edge(gw, fake):
+    fake.set_fault("cut", cut_after=2)
+    convo = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"},
+             {"role": "user", "content": "Is there a pharmacy here?"}]
+    r = chat(gw, convo)  # nothing reached the kiosk when the cloud broke: the edge answers instead
+    assert r.status_code == 200, r.text
+    assert r.headers["x-edgecloud-route"] == "edge"
+    assert r.headers["x-edgecloud-reason"].startswith("fallback:cloud-")
+    # Forced to the cloud: no substitute, a clean error.
+    r = chat(gw, "Hi", model="edgecloud-cloud")
+    assert r.status_code in (502, 504) and r.json()["error"]["code"].startswith("cloud_")
