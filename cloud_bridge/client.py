@@ -268,10 +268,11 @@ class CloudBridge:
         final_timings = CallTimings()
         for prov in self._providers:
             if not prov.breaker.allow():
-                last_error = CloudError(
-                    "breaker_open", f"provider {prov.name} is unavailable (circuit open)",
-                    provider=prov.name, retryable=True,
-                )
+                if last_error is None or last_error.kind == "breaker_open":  # keep a more telling error
+                    last_error = CloudError(
+                        "breaker_open", f"provider {prov.name} is unavailable (circuit open)",
+                        provider=prov.name, retryable=True,
+                    )
                 continue
             prov.budget.on_request()
             retry_index = 0

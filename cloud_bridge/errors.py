@@ -24,10 +24,10 @@ ErrorKind = Literal[
     "auth",
 ]
 
-# Kinds worth another attempt (same provider after a back-off, or the next provider).
-RETRYABLE_KINDS = frozenset(
-    {"rate_limited", "server_error", "connect", "timeout_connect", "timeout_ttft"}
-)
+# Kinds worth another attempt at the SAME provider after a back-off. Any failure before the first
+# token also fails over to the next provider; a TTFT timeout only does that, because retrying an
+# overloaded provider that just took ``ttft_timeout_s`` to say nothing would double the wait.
+RETRYABLE_KINDS = frozenset({"rate_limited", "server_error", "connect", "timeout_connect"})
 # Kinds that say something about the provider's health, so they count against its breaker.
 # Client-side problems (auth, too_large, a 4xx) and our own deadline do not.
 BREAKER_KINDS = frozenset(

@@ -207,11 +207,35 @@ async def test_refused_connection_alone_is_connect_error() -> None:
 
 async def test_hang_before_headers_times_out_ttft(fake: FakeCloudHandle) -> None:
     fake.set_fault("hang", hang_s=5)
-    bridge = CloudBridge(cloud(provider(fake, ttft_timeout_s=0.3, max_retries=1)))
+    bridge = CloudBridge(cloud(provider(fake, ttft_timeout_s=0.3, max_retries=2)))
     try:
         _, _, err = await collect(bridge)
         assert err is not None and err.kind == "timeout_ttft" and err.before_first_token
-        assert fake.state.chat_attempts == 2  # TTFT timeouts are retried (nothing was sent on)
+        assert fake.state.chat_attempts == 1  # not retried on the same provider (it fails over)
+    finally:
+        await bridge.aclose()
+
+
+async def test_hang_fails_over_to_next_provider(fake: FakeCloudHandle, fake_h2: FakeCloudHandle) -> None:
+    fake.set_fault("hang", hang_s=5)
+    bridge = CloudBridge(cloud(provider(fake, ttft_timeout_s=0.3), provider(fake_h2, name="b")))
+    try:
+        texts, done, err = await collect(bridge)
+        assert err is None and done is not None and done.provider == "b" and "".join(texts) == ANSWER
+        assert done.timings.attempts == 2 and fake.state.chat_attempts == 1
+    finally:
+        await bridge.aclose()
+
+
+async def test_last_real_error_wins_over_open_breaker(fake: FakeCloudHandle) -> None:
+    fake.set_fault("status", fault_status=503)
+    bridge = CloudBridge(cloud(provider(fake, max_retries=0),
+                               provider(None, name="b", base_url=refused_base_url(), max_retries=0,
+                                        breaker_consecutive_failures=1, breaker_open_s=30)))
+    try:
+        await collect(bridge)  # opens b's breaker
+        _, _, err = await collect(bridge)
+        assert err is not None and err.kind == "server_error" and err.provider == "a"
     finally:
         await bridge.aclose()
 
