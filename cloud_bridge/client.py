@@ -325,14 +325,17 @@ class CloudBridge:
                         )
                         break
                     continue
-                except BaseException:
+                except BaseException as exc:
                     # The caller went away (aclose / cancellation): no verdict on the provider.
+                    # Anything else here is a bug of ours, recorded as such and re-raised.
                     prov.breaker.release()
                     timings.total_ms = (time.perf_counter() - call_start) * 1e3
+                    cancelled = isinstance(exc, (GeneratorExit, asyncio.CancelledError))
                     self._emit(CallRecord(
-                        provider=prov.name, ok=False, status=status, error_kind=None, timings=timings,
+                        provider=prov.name, ok=False, status=status,
+                        error_kind=None if cancelled else "internal", timings=timings,
                         retried=retried, was_429=False, breaker_state=prov.breaker.state,
-                        request_id=request_id, attempt=attempts, cancelled=True,
+                        request_id=request_id, attempt=attempts, cancelled=cancelled,
                     ))
                     raise
                 # success
@@ -399,7 +402,8 @@ class CloudBridge:
         payload["model"] = cfg.model_map.get(route_model, cfg.model)
         if cfg.stream:
             payload["stream"] = True
-            payload["stream_options"] = {"include_usage": True}
+            if cfg.stream_usage:
+                payload["stream_options"] = {"include_usage": True}
         else:
             payload["stream"] = False
         return payload
@@ -487,6 +491,9 @@ class CloudBridge:
             raise self._fail("timeout_total", f"provider timed out: {exc}") from exc
         except httpx.DecodingError as exc:
             raise self._fail("bad_response", f"undecodable response body: {exc}") from exc
+        except httpx.HTTPError as exc:  # InvalidURL, UnsupportedProtocol, ...: a configuration problem
+            message = f"request to {safe_url(cfg.base_url)} failed: {type(exc).__name__}: {exc}"
+            raise self._fail("upstream_error", message, retryable=False) from exc
         finally:
             wd.close()
             if response is not None:

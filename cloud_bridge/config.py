@@ -60,6 +60,8 @@ class ProviderConfig(BaseModel):
     # False: ask the upstream for a plain JSON answer (for APIs whose streaming is broken);
     # the bridge then yields the whole text as one delta and cannot time the first token.
     stream: bool = True
+    # Ask for the final usage chunk (``stream_options.include_usage``); off for old servers that reject it.
+    stream_usage: bool = True
     retry_statuses: list[int] = Field(default_factory=lambda: [429, 500, 502, 503, 504])
     # Extra headers some gateways need (e.g. an organisation id). Never put the key here.
     extra_headers: dict[str, str] = Field(default_factory=dict)

@@ -270,6 +270,9 @@ def _command(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:
         print(f"edgecloud diagnose: cannot read the configuration: {exc}", file=sys.stderr)
         return 2
+    if args.samples < 1:
+        print("edgecloud diagnose: --samples must be at least 1", file=sys.stderr)
+        return 2
     names = [p.name for p in config.providers if p.base_url]
     if not names:
         print("edgecloud diagnose: no cloud provider configured (set EDGECLOUD_CLOUD_BASE_URL, "
