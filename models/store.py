@@ -169,12 +169,25 @@ class ModelStore:
         """Append one event and fsync it: after a crash the journal says how far we got."""
         entry = {"ts": time.time(), "event": event, **fields}
         line = json.dumps(entry, sort_keys=True) + "\n"
+        if self._torn_tail():
+            line = "\n" + line  # close a line torn by a power cut so this entry stays readable
         with open(self.journal_path, "a", encoding="utf-8") as fh:
             fh.write(line)
             fh.flush()
             os.fsync(fh.fileno())
         self._maybe_compact()
         return entry
+
+    def _torn_tail(self) -> bool:
+        try:
+            with open(self.journal_path, "rb") as fh:
+                fh.seek(0, os.SEEK_END)
+                if fh.tell() == 0:
+                    return False
+                fh.seek(-1, os.SEEK_END)
+                return fh.read(1) != b"\n"
+        except FileNotFoundError:
+            return False
 
     def _maybe_compact(self) -> None:
         entries = self.journal()

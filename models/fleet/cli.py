@@ -156,11 +156,12 @@ def cmd_rollback(args: argparse.Namespace) -> int:
 
 def _run(func: Command) -> Command:
     def wrapper(args: argparse.Namespace) -> int:
+        from models.fleet.keys import KeyLoadError
         from models.fleet.repo import FleetError
 
         try:
             return func(args)
-        except (FleetError, BundleError, FileNotFoundError) as exc:
+        except (FleetError, BundleError, KeyLoadError, FileNotFoundError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
 

@@ -27,6 +27,10 @@ from securesystemslib.signer import CryptoSigner, SSlibKey
 PASSPHRASE_ENV = "EDGECLOUD_FLEET_KEY_PASSPHRASE"  # noqa: S105 - the variable name, not a secret
 
 
+class KeyLoadError(ValueError):
+    """A private key file exists but cannot be used (encrypted with another passphrase, damaged)."""
+
+
 def _passphrase() -> bytes | None:
     value = os.environ.get(PASSPHRASE_ENV)
     return value.encode() if value else None
@@ -59,6 +63,9 @@ def find_signer(key: SSlibKey, key_dirs: Iterable[Path]) -> CryptoSigner | None:
     for directory in key_dirs:
         path = Path(directory) / f"{key.keyid}.pem"
         if path.is_file():
-            private = load_pem_private_key(path.read_bytes(), _passphrase())
+            try:
+                private = load_pem_private_key(path.read_bytes(), _passphrase())
+            except (ValueError, TypeError) as exc:  # wrong/missing passphrase or not a key
+                raise KeyLoadError(f"cannot load private key {path}: check {PASSPHRASE_ENV}") from exc
             return CryptoSigner(private, key)
     return None

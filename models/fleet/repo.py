@@ -167,8 +167,8 @@ class FleetRepository(Repository):
             md.signed.version += 1
         md.signed.expires = datetime.now(timezone.utc).replace(microsecond=0) + self._expiry(role)
         md.signatures.clear()
+        self._add_signatures(role, md, self.key_dirs)  # before writing: a key that fails leaves no trace
         self._write(role, md)
-        self.sign(role)
 
     def _write(self, role: str, md: Metadata) -> None:
         data = md.to_bytes(self.serializer)
@@ -188,8 +188,8 @@ class FleetRepository(Repository):
         return MetaFile(self.open(Snapshot.type).signed.version)
 
     # -- keys and signatures ----------------------------------------------------------------------
-    def _previous_root(self) -> Root | None:
-        version = self.root().version
+    def _previous_root(self, version: int | None = None) -> Root | None:
+        version = version if version is not None else self.root().version
         path = self.metadata_dir / "root_history" / f"{version - 1}.root.json"
         if version > 1 and path.exists():
             return Metadata[Root].from_bytes(path.read_bytes()).signed
@@ -198,11 +198,11 @@ class FleetRepository(Repository):
     def _delegator(self, role: str) -> Root | Targets:
         return self.targets() if role.startswith(CHANNEL_PREFIX) else self.root()
 
-    def _role_keys(self, role: str) -> list[SSlibKey]:
-        delegator = self._delegator(role)
+    def _role_keys(self, role: str, md: Metadata) -> list[SSlibKey]:
+        delegator = md.signed if role == Root.type else self._delegator(role)  # root lists its own keys
         keys = [delegator.get_key(keyid) for keyid in delegator.get_delegated_role(role).keyids]
         if role == Root.type:
-            previous = self._previous_root()
+            previous = self._previous_root(md.signed.version)
             if previous is not None:  # a rotated root must also satisfy the old root's threshold
                 keys += [previous.get_key(k) for k in previous.roles[Root.type].keyids]
         return [k for k in keys if isinstance(k, SSlibKey)]
@@ -211,15 +211,17 @@ class FleetRepository(Repository):
         """Add the signatures of every key for ``role`` found in the key dirs (k-of-n signing:
         run once per key holder, each with their own ``--key-dir``). Does not change the version."""
         md = self.open(role)
-        dirs = [*self.key_dirs, *[Path(p) for p in key_dirs]]
-        for key in self._role_keys(role):
+        self._add_signatures(role, md, [*self.key_dirs, *[Path(p) for p in key_dirs]])
+        self._write(role, md)
+        return self.signature_status(role)
+
+    def _add_signatures(self, role: str, md: Metadata, dirs: list[Path]) -> None:
+        for key in self._role_keys(role, md):
             if key.keyid in md.signatures:
                 continue
             signer = find_signer(key, dirs)
             if signer is not None:
                 md.sign(signer, append=True)
-        self._write(role, md)
-        return self.signature_status(role)
 
     def signature_status(self, role: str) -> RoleSignatures:
         md = self.open(role)
@@ -275,8 +277,8 @@ class FleetRepository(Repository):
         root.add_key(generate_key(online), Timestamp.type)
         md = Metadata(root)
         md.signed.expires = datetime.now(timezone.utc).replace(microsecond=0) + self._expiry(Root.type)
+        self._add_signatures(Root.type, md, self.key_dirs)
         self._write(Root.type, md)
-        self.sign(Root.type)
         with self.edit_targets() as targets:
             targets.delegations = Delegations(keys={}, roles={})
         for channel in channels:
