@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck source-path=SCRIPTDIR
 # One command from a freshly flashed Jetson Orin NX (JetPack 5.1.1+ or 6.x) to a running, tuned
 # edgecloud gateway with the model on the GPU. Idempotent: a second run changes nothing.
 # Read jetson/README.md first; run `sudo jetson/setup.sh --dry-run` to see every step.

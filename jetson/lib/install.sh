@@ -26,12 +26,15 @@ install_packages() {
   if [ "${#missing[@]}" -eq 0 ]; then ok "system packages present: ${wanted[*]}"; return; fi
   # JetPack 5 is Ubuntu 20.04 with Python 3.8; the gateway needs 3.10 (deadsnakes PPA).
   if [ "$L4T_MAJOR" = 35 ] && [[ " ${missing[*]} " == *" $PYTHON_BIN "* ]]; then need_ppa=1; fi
-  if [ "$need_ppa" = 1 ]; then
-    pkg_installed software-properties-common || run apt-get install -y software-properties-common
-    run add-apt-repository -y ppa:deadsnakes/ppa
-  fi
   run apt-get update
+  if [ "$need_ppa" = 1 ]; then
+    pkg_installed software-properties-common || \
+      run_env DEBIAN_FRONTEND=noninteractive apt-get install -y software-properties-common
+    run add-apt-repository -y ppa:deadsnakes/ppa   # also refreshes the package lists
+  fi
   run_env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
+  # JetPack's CUDA may have just arrived (nvidia-cuda-dev): read its version again.
+  detect_cuda
 }
 
 ensure_user() {

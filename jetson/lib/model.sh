@@ -69,6 +69,9 @@ print_model_choice() {
 check_disk() {
   local need free
   need=$(( MODEL_SIZE_MB + 4096 ))   # model + venv + the llama.cpp CUDA build tree
+  if [ "$OPT_NO_SWAP" != 1 ] && ! has_disk_swap && [ ! -f "$(p /swapfile)" ]; then
+    need=$(( need + $(size_to_mb "$SWAP_SIZE") ))
+  fi
   free=$(free_mb "$(p "$PREFIX")") || free=0
   free=${free:-0}
   say "  disk:      ${free} MB free for $PREFIX, ~${need} MB needed"
@@ -77,6 +80,15 @@ check_disk() {
       die "only $free MB free on the disk holding $PREFIX, need ~$need MB (use --force to try anyway)" 2
     fi
   fi
+}
+
+# 8G -> 8192, 512M -> 512
+size_to_mb() {
+  case "$1" in
+    *G) echo $(( ${1%G} * 1024 )) ;;
+    *M) echo "${1%M}" ;;
+    *) echo 0 ;;
+  esac
 }
 
 sha256_of() { sha256sum "$1" | cut -d' ' -f1; }
