@@ -7,78 +7,22 @@ without it the test is skipped with the reason. A screenshot is saved under benc
 from __future__ import annotations
 
 import shutil
-import subprocess
 import time
-from html.parser import HTMLParser
 from pathlib import Path
 
 import httpx
 import pytest
 
 from .app import build_app
+from .browser import Elements, browser, chromium
 from .helpers import make_settings, metric_values, serve, value
 
 pytestmark = pytest.mark.slow
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
 
 
-def _chromium() -> str:
-    found = shutil.which("chromium") or shutil.which("chromium-browser")
-    if found:
-        return found
-    apt = shutil.which("apt-get")
-    if apt is None or not hasattr(__import__("os"), "geteuid") or __import__("os").geteuid() != 0:
-        pytest.skip("chromium is not installed and cannot be installed here (needs root and apt-get)")
-    env = {"DEBIAN_FRONTEND": "noninteractive", "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
-    for cmd in ([apt, "update", "-qq"], [apt, "install", "-y", "-qq", "chromium"]):
-        try:
-            subprocess.run(cmd, check=True, env=env, capture_output=True, timeout=900)
-        except (subprocess.SubprocessError, OSError) as exc:
-            pytest.skip(f"chromium could not be installed with apt-get: {exc}")
-    found = shutil.which("chromium")
-    if not found:
-        pytest.skip("apt-get ran but no chromium binary appeared")
-    return found
-
-
-class _Elements(HTMLParser):
-    """Collects every element's attributes and its direct text, by id and by class."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.by_id: dict[str, dict[str, str]] = {}
-        self.points: list[dict[str, str]] = []
-        self._open: list[dict[str, str]] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        a = {k: v or "" for k, v in attrs}
-        a["_text"] = ""
-        if "id" in a:
-            self.by_id[a["id"]] = a
-        if tag == "circle" and "pt" in a.get("class", "").split():
-            self.points.append(a)
-        self._open.append(a)
-
-    def handle_endtag(self, tag: str) -> None:
-        if self._open:
-            self._open.pop()
-
-    def handle_data(self, data: str) -> None:
-        if self._open:
-            self._open[-1]["_text"] += data
-
-
-def _browser(chromium: str, profile: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    flags = [
-        chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync",
-        f"--user-data-dir={profile}", "--virtual-time-budget=5000", *extra,
-    ]
-    return subprocess.run(flags, capture_output=True, text=True, timeout=180)
-
-
 def test_dashboard_shows_what_metrics_show(tmp_path: Path) -> None:
-    chromium = _chromium()
+    exe = chromium()
     with serve(build_app(make_settings(tmp_path / "data"))) as url:
         now = time.time()
         traffic = [
@@ -100,16 +44,16 @@ def test_dashboard_shows_what_metrics_show(tmp_path: Path) -> None:
         metrics = metric_values(httpx.get(f"{url}/metrics").text)
         data = httpx.get(f"{url}/dashboard/data").json()
 
-        dom = _browser(chromium, tmp_path / "profile", "--dump-dom", f"{url}/dashboard")
+        dom = browser(exe, tmp_path / "profile", "--dump-dom", f"{url}/dashboard")
         assert dom.returncode == 0, dom.stderr[-2000:]
         RESULTS.mkdir(parents=True, exist_ok=True)
         shot = RESULTS / "dashboard.png"
-        pic = _browser(chromium, tmp_path / "profile2", "--window-size=1280,1800", f"--screenshot={shot}",
+        pic = browser(exe, tmp_path / "profile2", "--window-size=1280,1800", f"--screenshot={shot}",
                        f"{url}/dashboard")
         assert pic.returncode == 0 and shot.stat().st_size > 10_000, pic.stderr[-2000:]
         shutil.copy(shot, tmp_path / "dashboard.png")
 
-    page = _Elements()
+    page = Elements()
     page.feed(dom.stdout)
     assert page.by_id["status"]["_text"].startswith("updated"), "the dashboard never loaded its data"
 
