@@ -37,6 +37,7 @@ from .store import MinuteStore, StoredRow
 
 log = logging.getLogger(__name__)
 PRUNE_EVERY_S = 3600.0
+MAX_PENDING_ROWS = 24 * 60 * 8  # a day of rows waits in memory while the disk refuses writes
 
 
 def request_unavailable(rec: RequestRecord) -> bool:
@@ -140,6 +141,7 @@ class Observability:
         self._task: asyncio.Task[None] | None = None
         self._flush_lock = asyncio.Lock()
         self._last_prune = 0.0
+        self._pending: list[StoredRow] = []  # rows a failed write left behind
 
     # ----- lifecycle --------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -187,11 +189,20 @@ class Observability:
                 for minute, per_key in collected.usage.items()
                 for key, u in per_key.items()
             ]
+            rows = self._pending + rows
+            self._pending = []
             if rows:
-                await asyncio.to_thread(self.store.write, rows, merge_stored)
+                try:
+                    await asyncio.to_thread(self.store.write, rows, merge_stored)
+                except Exception:  # disk full, read-only fs...: keep the rows for the next minute
+                    log.exception("could not write %d SLA rows to %s; will retry", len(rows), self.store.path)
+                    self._pending = rows[-MAX_PENDING_ROWS:]
             if now - self._last_prune >= PRUNE_EVERY_S:
                 self._last_prune = now
-                await asyncio.to_thread(self.store.prune, now)
+                try:
+                    await asyncio.to_thread(self.store.prune, now)
+                except Exception:
+                    log.exception("could not prune the SLA store at %s", self.store.path)
             return collected.rows
 
     def _evaluate(self, rows: list[MinuteRow]) -> None:

@@ -167,3 +167,25 @@ def test_evaluate_min_requests_and_default_target() -> None:
     assert [v for _, v in result.minutes] == ["breach"]  # no target for "other": the default applies
     result = evaluate([row], {"*": SlaTarget(min_requests=5)}, SlaTarget())
     assert [v for _, v in result.minutes] == ["too-few"]
+
+
+def test_rows_wait_in_memory_while_the_disk_refuses_writes(tmp_path: Path, monkeypatch) -> None:
+    """A full disk cannot be made here, so the store's write fails once by hand."""
+    obs = Observability(make_settings(tmp_path))
+    obs.observe_request(record("a", T0 + 1, "edge", ttft_ms=100.0, total_ms=200.0))
+    real_write = obs.store.write
+    calls = []
+
+    def failing_write(rows, merge=None):
+        calls.append(len(rows))
+        if len(calls) == 1:
+            raise OSError(28, "No space left on device")
+        return real_write(rows, merge)
+
+    monkeypatch.setattr(obs.store, "write", failing_write)
+    asyncio.run(obs.flush(now=T0 + 120))
+    assert obs.store.query() == [] and len(obs._pending) == 2  # route row + usage row kept
+    obs.observe_request(record("b", T0 + 130, "edge", ttft_ms=300.0, total_ms=400.0))
+    asyncio.run(obs.flush(now=T0 + 3600))
+    assert calls == [2, 4] and obs._pending == []
+    assert sorted(r.minute for r in obs.store.query(kinds=("route",))) == [T0, T0 + 120]
