@@ -39,6 +39,9 @@ MAX_ANSWER_CHARS = 64 * 1024  # longer answers are rare and not worth the disk t
 FAQ_CONTEXT = "faq"
 # SQLite busy timeout: a lookup waits at most this long for another process's write.
 SQLITE_TIMEOUT_S = 1.0
+# Access times of hits are written in batches: at most this often, or every this many hits.
+TOUCH_INTERVAL_S = 1.0
+TOUCH_BATCH = 256
 # How often a semantic lookup first picks up rows stored by other processes.
 SEMANTIC_SYNC_S = 2.0
 
@@ -78,6 +81,8 @@ class AnswerCache:
         self._faq: diskcache.Cache | None = None
         self._db_inode: int | None = None
         self._closed = False
+        self._touched: dict[str, float] = {}
+        self._touch_flushed = time.monotonic()
         self._semantic: Any = None
         self._sem_rowids: dict[str, int] = {}
         self._sem_synced = 0.0
@@ -311,6 +316,8 @@ class AnswerCache:
 
                 vector = self._semantic.vector(parts.question)
                 value["e"] = pack_vector(vector)
+            # Culling happens inside set(): the hits read since the last flush count first.
+            self._flush_touches()
             answers.set(parts.key, value, expire=policy.ttl_s, tag=self._knowledge)
         except Exception as exc:
             self._error("store", exc)
@@ -467,6 +474,7 @@ class AnswerCache:
     def close(self) -> None:
         """Release the SQLite connections (the lead calls it at the end of the app lifespan)."""
         self._closed = True
+        self._flush_touches()
         self._close_stores()
 
     # ------------------------------------------------------------------------ internals
@@ -545,20 +553,49 @@ class AnswerCache:
         return None
 
     def _get(self, store: diskcache.Cache, key: str) -> Any:
-        """Read one value; a corrupt row is deleted and reported, a full disk falls back to a plain read."""
+        """Read one value without writing; a corrupt row is deleted and reported.
+
+        diskcache's own ``get`` under least-recently-used eviction writes the access time in a
+        transaction on every read (about 0.2 ms, and it fails on a full disk). Here the read is a
+        plain SELECT and the access times of the rows read are written in one batch at most once a
+        second and before every store (``_flush_touches``): diskcache culls only when it stores, so
+        eviction stays least-recently-used, and a lookup does no write of its own.
+        """
         try:
-            return store.get(key)
+            value = _read_only_get(store, key)
         except CorruptEntry:
             try:
                 store.delete(key)
             except Exception as exc:
                 log.debug("deleting a corrupt entry failed: %s", exc)
             raise
-        except sqlite3.OperationalError as exc:
-            # Least-recently-used bookkeeping writes on every read; on a full disk that write fails
-            # but the row itself is still readable.
-            self._error("lookup-write", exc)
-            return _read_only_get(store, key)
+        if value is not None and store is self._answers:
+            self._touch(key)
+        return value
+
+    def _touch(self, key: str) -> None:
+        with self._lock:
+            self._touched[key] = time.time()
+            due = len(self._touched) >= TOUCH_BATCH or time.monotonic() - self._touch_flushed >= TOUCH_INTERVAL_S
+        if due:
+            self._flush_touches()
+
+    def _flush_touches(self) -> None:
+        """Write the batched access times (the LRU order diskcache culls by)."""
+        with self._lock:
+            touched, self._touched = self._touched, {}
+            self._touch_flushed = time.monotonic()
+        answers = self._answers
+        if not touched or answers is None:
+            return
+        try:
+            with answers.transact():
+                answers._con.executemany(  # the column diskcache's LRU policy culls by
+                    "UPDATE Cache SET access_time = ? WHERE key = ? AND raw = 1",
+                    [(at, key) for key, at in touched.items()],
+                )
+        except Exception as exc:  # a full or locked disk: the order is a hint, the answers still serve
+            self._error("lru-touch", exc)
 
     def _refusal(
         self, req: ChatRequest, text: str, finish: Finish, route: str, policy: CachePolicy,
