@@ -1,0 +1,92 @@
+"""The ``edgecloud models`` command group.
+
+This module only builds parsers; each command imports its implementation when it runs, so that
+``edgecloud --help`` (and the gateway) never pay for scikit-learn. Other model-lifecycle features add their
+subcommands through ``EXTENSION_MODULES``: each module there has ``register(models_subparsers)`` and is
+skipped while it does not exist yet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+EXTENSION_MODULES: tuple[str, ...] = (
+    "models.store_cli",          # store status, ... (model store on the device)
+    "models.fleet.device_cli",   # fleet commands that run on a device (update agent)
+)
+
+
+def _train_intent(args: argparse.Namespace) -> int:
+    from models.intent.train import TrainConfig, train_intent
+
+    config = TrainConfig(seed=args.seed, source_holdout=not args.no_source_holdout)
+    try:
+        train_intent(args.data, args.out, tc=config)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _eval_intent(args: argparse.Namespace) -> int:
+    from models.intent.evaluate import evaluate, format_report, write_json
+
+    providers = [args.provider] if args.provider else None
+    try:
+        report = evaluate(args.data, model_dir=args.model, split=args.split, providers=providers)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(format_report(report))
+    if args.json:
+        write_json(report, args.json)
+        print(f"\nwrote {args.json}")
+    return 0
+
+
+def _register_intent(msub: argparse._SubParsersAction) -> None:
+    train = msub.add_parser(
+        "train-intent",
+        help="train the intent classifier and write intent.onnx + card.json",
+        description="Train the simple/complex intent classifier (needs the 'train' extra).",
+    )
+    train.add_argument("--data", nargs="+", required=True, metavar="PATH",
+                       help="JSONL files or directories (directories skip *_test.jsonl)")
+    train.add_argument("--out", required=True, metavar="DIR", help="output directory")
+    train.add_argument("--seed", type=int, default=13, metavar="N", help="random seed (default 13)")
+    train.add_argument("--no-source-holdout", action="store_true",
+                       help="skip the leave-one-source-out evaluation (faster)")
+    train.set_defaults(func=_train_intent)
+
+    ev = msub.add_parser(
+        "eval-intent",
+        help="accuracy, per-label precision/recall, confusion matrix, per language, latency P50/P99",
+        description="Evaluate an intent model on labelled JSONL (labels edge/cloud or simple/complex).",
+    )
+    ev.add_argument("--data", nargs="+", required=True, metavar="FILE.jsonl",
+                    help="JSONL files or directories")
+    ev.add_argument("--model", default=None, metavar="DIR",
+                    help="model directory (default: the shipped model)")
+    ev.add_argument("--json", default=None, metavar="OUT", help="also write the report as JSON")
+    ev.add_argument("--split", choices=("all", "dev", "train"), default="all",
+                    help="only the rows of the trainer's dev (or train) split (default: all rows)")
+    ev.add_argument("--provider", default=None, help="force an onnxruntime execution provider")
+    ev.set_defaults(func=_eval_intent)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``models`` command and its subcommands to the top-level ``edgecloud`` parser."""
+    parser = subparsers.add_parser("models", help="model lifecycle: intent classifier, model store")
+    msub = parser.add_subparsers(dest="models_command", metavar="SUBCOMMAND")
+    msub.required = True
+    _register_intent(msub)
+    for name in EXTENSION_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name and name.startswith(exc.name):
+                continue  # that feature is not built yet
+            raise
+        module.register(msub)

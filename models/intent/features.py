@@ -1,0 +1,202 @@
+"""Text -> sparse hashed feature vector, with numpy and the standard library only.
+
+Why hashing instead of a fitted vocabulary: the runtime then needs no vocabulary file and no sklearn, the
+feature space is fixed (so the ONNX graph is just a weight vector), and the same function is used by the
+trainer and the kiosk, so there is no train/serve skew. Every hash here is stable across processes and
+machines (FNV-style rolling hash on code points, CRC-32 for word tokens, a splitmix64 finaliser); Python's
+``hash()`` is salted per process and is never used.
+
+Why the normalisation: the shared data is confounded by style (crowd-sourced queries are lower-case with no
+'?', exam questions use full-width punctuation). NFKC + lower-casing + dropping '?', '!', commas and
+sentence-final full stops removes those shortcuts before any feature sees the text, so the model has to
+learn from the words.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import unicodedata
+import zlib
+from dataclasses import dataclass
+
+import numpy as np
+
+FEATURE_VERSION = 1
+
+# Style punctuation: removed so that it cannot become a label signal. '.' is only removed at a sentence
+# end (it means something inside "3.14" or "os.path").
+_STYLE_RE = re.compile(r"[?!,;¿¡、，；？！。~～…]+|\.(?=\s|$)")
+_SPACE_RE = re.compile(r"\s+")
+_WORD_RE = re.compile(r"[a-z0-9_]+")
+_CJK_RE = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+_LATIN_RE = re.compile(r"[a-z]")
+_DIGIT_RE = re.compile(r"[0-9]")
+_MATH_RE = re.compile("[" + re.escape("=+-*/^<>%√∫∑∏π∞≤≥≠×÷∠△°\\$|") + "]")
+_CODE_RE = re.compile("[" + re.escape("{}[]()_#`&@") + "]")
+
+_U = np.uint64
+_FNV_PRIME = _U(0x100000001B3)
+_NS_CHAR = 0x9E3779B97F4A7C15
+_NS_WORD = 0xC2B2AE3D27D4EB4F
+_NS_BIGRAM = 0x165667B19E3779F9
+_NS_META = 0x27D4EB2F165667C5
+_MASK64 = (1 << 64) - 1
+
+
+@dataclass(frozen=True)
+class FeatureConfig:
+    """The hashing parameters. Stored in the model card so a runtime can refuse a mismatched model."""
+
+    dim: int = 1 << 18
+    char_ngrams: tuple[int, ...] = (1, 2, 3, 4)
+    max_chars: int = 3000
+    meta_weight: float = 0.5
+    # Text features are divided by (sum of squares) ** norm_power: 0.5 is the L2 norm; larger values make
+    # the score closer to the *average* n-gram weight, so a long text is not more extreme than a short one.
+    norm_power: float = 0.5
+    version: int = FEATURE_VERSION
+
+    def to_dict(self) -> dict:
+        return {
+            "dim": self.dim,
+            "char_ngrams": list(self.char_ngrams),
+            "max_chars": self.max_chars,
+            "meta_weight": self.meta_weight,
+            "norm_power": self.norm_power,
+            "version": self.version,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> FeatureConfig:
+        version = int(data.get("version", FEATURE_VERSION))
+        if version != FEATURE_VERSION:
+            raise ValueError(f"model uses feature version {version}, runtime implements {FEATURE_VERSION}")
+        return cls(
+            dim=int(data["dim"]),
+            char_ngrams=tuple(int(n) for n in data["char_ngrams"]),
+            max_chars=int(data["max_chars"]),
+            meta_weight=float(data["meta_weight"]),
+            norm_power=float(data.get("norm_power", 0.5)),
+            version=version,
+        )
+
+
+def normalize(text: str) -> str:
+    """NFKC, lower case, style punctuation removed, whitespace collapsed."""
+    t = unicodedata.normalize("NFKC", text).lower()
+    t = _STYLE_RE.sub(" ", t)
+    return _SPACE_RE.sub(" ", t).strip()
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64 finaliser: spreads the rolling hash's low-entropy bits over all 64."""
+    x = x ^ (x >> _U(30))
+    x = x * _U(0xBF58476D1CE4E5B9)
+    x = x ^ (x >> _U(27))
+    x = x * _U(0x94D049BB133111EB)
+    return x ^ (x >> _U(31))
+
+
+def _char_ngram_hashes(text: str, orders: tuple[int, ...]) -> list[np.ndarray]:
+    cps = np.frombuffer((" " + text + " ").encode("utf-32-le"), dtype="<u4").astype(np.uint64)
+    size = cps.shape[0]
+    out = []
+    for n in orders:
+        if size < n:
+            continue
+        count = size - n + 1
+        h = np.full(count, _U((_NS_CHAR * n) & _MASK64), dtype=np.uint64)
+        for k in range(n):
+            h = (h * _FNV_PRIME) ^ cps[k : k + count]
+        out.append(h)
+    return out
+
+
+def _token_hashes(tokens: list[str], namespace: int) -> np.ndarray:
+    ns = namespace & 0xFFFFFFFF
+    return np.fromiter(
+        ((zlib.crc32(t.encode("utf-8"), ns) << 32) | zlib.crc32(t.encode("utf-8")) for t in tokens),
+        dtype=np.uint64,
+        count=len(tokens),
+    )
+
+
+def _bucket(value: float, edges: tuple[float, ...]) -> int:
+    for i, edge in enumerate(edges):
+        if value < edge:
+            return i
+    return len(edges)
+
+
+def meta_tokens(raw: str, norm: str) -> list[str]:
+    """Coarse shape features as one-hot bucket tokens (length, lines, digits, maths and code symbols, script).
+
+    Buckets rather than raw numbers so a linear model can learn non-monotonic effects (very short requests
+    are not automatically simple: "prove sqrt(2) is irrational" is short).
+    """
+    n = max(len(norm), 1)
+    cjk = len(_CJK_RE.findall(norm))
+    latin = len(_LATIN_RE.findall(norm))
+    digits = len(_DIGIT_RE.findall(norm))
+    maths = len(_MATH_RE.findall(norm))
+    code = len(_CODE_RE.findall(norm))
+    lines = raw.count("\n")
+    words = len(_WORD_RE.findall(norm)) + cjk
+    toks = [
+        f"len:{_bucket(math.log2(n), (3, 4, 5, 6, 7, 8, 9, 10, 11))}",
+        f"words:{_bucket(words, (3, 6, 10, 16, 25, 40, 70, 120))}",
+        f"lines:{_bucket(lines, (1, 2, 4, 8, 16))}",
+        f"digits:{_bucket(digits / n, (0.001, 0.03, 0.08, 0.2))}",
+        f"math:{_bucket(maths, (1, 2, 4, 8, 16))}",
+        f"code:{_bucket(code, (1, 2, 4, 8, 16))}",
+    ]
+    cjk_ratio = cjk / n
+    latin_ratio = latin / n
+    if cjk_ratio > 0.05 and latin_ratio > 0.05:
+        toks.append("script:mixed")
+    elif cjk_ratio > 0.05:
+        toks.append("script:cjk")
+    else:
+        toks.append("script:latin")
+    return toks
+
+
+def featurize(text: str, config: FeatureConfig) -> tuple[np.ndarray, np.ndarray]:
+    """Return ``(indices int64, values float32)`` of the sparse feature vector of ``text``.
+
+    Indices may repeat (hash collisions); the consumer sums them (the ONNX graph does Gather + ReduceSum,
+    scipy sums duplicates). Text features are sublinear-tf, signed, L2-normalised; shape tokens are added
+    with a fixed weight outside that normalisation so that long texts do not drown them.
+    """
+    norm = normalize(text)
+    if len(norm) > config.max_chars:
+        # Head and tail: the request usually sits at one end of a long paste.
+        half = config.max_chars // 2
+        body = norm[:half] + " " + norm[-half:]
+    else:
+        body = norm
+    words = _WORD_RE.findall(body)
+    parts = _char_ngram_hashes(body, config.char_ngrams)
+    if words:
+        wh = _token_hashes(words, _NS_WORD)
+        parts.append(wh)
+        if len(wh) > 1:
+            parts.append((wh[:-1] * _FNV_PRIME) ^ wh[1:] ^ _U(_NS_BIGRAM))
+    dim = _U(config.dim)
+    if parts:
+        hashes, counts = np.unique(_mix(np.concatenate(parts)), return_counts=True)
+        vals = 1.0 + np.log(counts.astype(np.float64))
+        vals /= np.dot(vals, vals) ** config.norm_power
+        signs = np.where((hashes >> _U(63)) == _U(1), -1.0, 1.0)
+        text_idx = (hashes % dim).astype(np.int64)
+        text_val = vals * signs
+    else:
+        text_idx = np.zeros(0, dtype=np.int64)
+        text_val = np.zeros(0, dtype=np.float64)
+    meta = _mix(_token_hashes(meta_tokens(text, norm), _NS_META))
+    meta_idx = (meta % dim).astype(np.int64)
+    meta_val = np.full(meta_idx.shape[0], config.meta_weight, dtype=np.float64)
+    idx = np.concatenate([text_idx, meta_idx])
+    val = np.concatenate([text_val, meta_val]).astype(np.float32)
+    return idx, val

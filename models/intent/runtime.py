@@ -1,0 +1,137 @@
+"""Run the intent classifier on the kiosk: numpy + onnxruntime, nothing else.
+
+The ONNX graph takes the sparse hashed features (``indices`` int64[N], ``values`` float32[N]) and returns
+``probs`` float32[2] in the card's label order. Passing the sparse form keeps one request at a few hundred
+numbers instead of a 262,144-wide dense row, which is what keeps the call well under a millisecond.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import onnxruntime as ort
+
+from models.intent.features import FeatureConfig, featurize
+
+DEFAULT_MODEL_DIR = Path(__file__).resolve().parent / "default"
+MODEL_FILE = "intent.onnx"
+CARD_FILE = "card.json"
+SIMPLE = "simple"
+COMPLEX = "complex"
+
+# Preferred order. For a model this small the CPU is usually as fast as a GPU round trip, but the spec
+# (and a Jetson with TensorRT) may want the accelerator; a provider that fails to build falls back to CPU.
+_PREFERRED_PROVIDERS = ("TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider")
+_WARMUP_TEXTS = ("where is the restroom", "洗手间在哪里", "prove that sqrt(2) is irrational", "")
+
+
+@dataclass(frozen=True)
+class IntentResult:
+    """One classification. ``confidence`` is the probability of ``label``."""
+
+    label: str
+    confidence: float
+    probs: dict[str, float]
+    latency_ms: float
+
+
+def choose_providers(requested: list[str] | None = None) -> list[str]:
+    """The execution providers to try, best first, limited to what this onnxruntime build has."""
+    available = set(ort.get_available_providers())
+    wanted = requested if requested else list(_PREFERRED_PROVIDERS)
+    chosen = [p for p in wanted if p in available]
+    if "CPUExecutionProvider" not in chosen:
+        chosen.append("CPUExecutionProvider")
+    return chosen
+
+
+def _session_options() -> ort.SessionOptions:
+    opts = ort.SessionOptions()
+    # One request is a gather over a few hundred weights: extra threads only add wake-up latency and
+    # steal cores from llama.cpp on the kiosk.
+    opts.intra_op_num_threads = 1
+    opts.inter_op_num_threads = 1
+    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    opts.log_severity_level = 3
+    return opts
+
+
+class IntentClassifier:
+    """A loaded intent model. Thread-safe: onnxruntime sessions allow concurrent ``run`` calls."""
+
+    def __init__(self, session: ort.InferenceSession, card: dict) -> None:
+        self._session = session
+        self._card = card
+        self._features = FeatureConfig.from_dict(card["features"])
+        self._labels: list[str] = list(card["labels"])
+        if set(self._labels) != {SIMPLE, COMPLEX}:
+            raise ValueError(f"model labels must be simple/complex, got {self._labels}")
+        self._provider = session.get_providers()[0]
+
+    @classmethod
+    def load(
+        cls, model_dir: str | Path | None = None, providers: list[str] | None = None
+    ) -> IntentClassifier:
+        """Load ``intent.onnx`` + ``card.json`` from ``model_dir`` (None = the model shipped in the package),
+        pick the execution provider and warm the session so the first kiosk request is not the slow one."""
+        directory = Path(model_dir) if model_dir is not None else DEFAULT_MODEL_DIR
+        card = json.loads((directory / CARD_FILE).read_text(encoding="utf-8"))
+        model_bytes = (directory / MODEL_FILE).read_bytes()
+        chosen = choose_providers(providers)
+        try:
+            session = ort.InferenceSession(model_bytes, sess_options=_session_options(), providers=chosen)
+        except Exception:  # an accelerator provider that is listed but cannot initialise here
+            if chosen == ["CPUExecutionProvider"]:
+                raise
+            session = ort.InferenceSession(
+                model_bytes, sess_options=_session_options(), providers=["CPUExecutionProvider"]
+            )
+        classifier = cls(session, card)
+        classifier.warm()
+        return classifier
+
+    def warm(self, rounds: int = 3) -> None:
+        """A few dummy runs: the first ``run`` of a session allocates buffers and is much slower."""
+        for _ in range(rounds):
+            for text in _WARMUP_TEXTS:
+                self.classify(text)
+
+    def predict_proba(self, text: str) -> dict[str, float]:
+        """Label -> probability, without timing."""
+        idx, val = featurize(text, self._features)
+        (probs,) = self._session.run(["probs"], {"indices": idx, "values": val})
+        return {label: float(p) for label, p in zip(self._labels, probs.tolist(), strict=True)}
+
+    def classify(self, text: str) -> IntentResult:
+        """Classify one request's text (the last user message; the policy handles multi-turn itself)."""
+        start = time.perf_counter()
+        probs = self.predict_proba(text)
+        label = max(self._labels, key=lambda name: probs[name])
+        latency_ms = (time.perf_counter() - start) * 1000.0
+        return IntentResult(label=label, confidence=probs[label], probs=probs, latency_ms=latency_ms)
+
+    @property
+    def card(self) -> dict:
+        """The JSON model card (a copy: callers cannot change the loaded model's view of itself)."""
+        return json.loads(json.dumps(self._card))
+
+    @property
+    def version(self) -> str:
+        return str(self._card["version"])
+
+    @property
+    def provider(self) -> str:
+        return self._provider
+
+    @property
+    def confidence_threshold(self) -> float:
+        """Recommended minimum confidence for a ``simple`` label to stay on the edge (from the card)."""
+        return float(self._card["thresholds"]["simple_min_confidence"])
+
+
+__all__ = ["COMPLEX", "DEFAULT_MODEL_DIR", "SIMPLE", "IntentClassifier", "IntentResult", "choose_providers"]
+
