@@ -48,8 +48,6 @@ _LOG_FIELDS = (
 _TOKEN_SHAPES = re.compile(
     r"([Bb]earer\s+[A-Za-z0-9._~+/=-]{8,}|\bsk-[A-Za-z0-9_-]{8,}|\b(?:[Aa][Pp][Ii][_-]?[Kk][Ee][Yy]|[Tt]oken)=[^\s&\"']{6,})"
 )
-# Cheap substring checks first: the regex only runs on text that could hold a key at all.
-_TOKEN_HINTS = ("sk-", "earer", "=")
 
 
 class Redactor:
@@ -62,7 +60,7 @@ class Redactor:
         for secret in self.secrets:
             if secret in text:
                 text = text.replace(secret, REDACTED)
-        if any(hint in text for hint in _TOKEN_HINTS):
+        if "sk-" in text or "earer" in text or "=" in text:  # cheap hints before the regex
             text = _TOKEN_SHAPES.sub(REDACTED, text)
         return text
 
