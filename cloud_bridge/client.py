@@ -267,6 +267,10 @@ class CloudBridge:
         last_error: CloudError | None = None
         final_timings = CallTimings()
         for prov in self._providers:
+            if time.perf_counter() >= call_deadline:
+                if last_error is None:
+                    last_error = CloudError("timeout_total", "the request deadline passed before a provider answered")
+                break
             if not prov.breaker.allow():
                 if last_error is None or last_error.kind == "breaker_open":  # keep a more telling error
                     last_error = CloudError(
@@ -319,11 +323,7 @@ class CloudBridge:
                     retry_index += 1
                     await asyncio.sleep(delay)
                     if not prov.breaker.allow():
-                        last_error = CloudError(
-                            "breaker_open", f"provider {prov.name} is unavailable (circuit open)",
-                            provider=prov.name, retryable=True,
-                        )
-                        break
+                        break  # opened meanwhile (other calls failed too): fail over, keep this error
                     continue
                 except BaseException as exc:
                     # The caller went away (aclose / cancellation): no verdict on the provider.
@@ -412,6 +412,9 @@ class CloudBridge:
         headers = dict(cfg.extra_headers)
         headers["x-request-id"] = request_id
         headers["accept"] = "text/event-stream" if cfg.stream else "application/json"
+        if cfg.stream:
+            # Nobody compresses SSE usefully; identity lets the reader skip httpx's decoder layer.
+            headers["accept-encoding"] = "identity"
         key = cfg.resolved_api_key()
         if key:
             self._redact.add(key)
@@ -617,7 +620,8 @@ class CloudBridge:
         model = requested_model
         saw_done = False
         first_event = True
-        iterator = response.aiter_bytes()
+        encoded = response.headers.get("content-encoding", "identity").lower() not in ("", "identity")
+        iterator = response.aiter_bytes() if encoded else response.aiter_raw()
         while not saw_done:
             phase, kind = (last_token + cfg.max_gap_s, "timeout_gap") if got_token else (
                 ttft_deadline, "timeout_ttft"

@@ -240,12 +240,13 @@ async def test_last_real_error_wins_over_open_breaker(fake: FakeCloudHandle) -> 
         await bridge.aclose()
 
 
-async def test_total_deadline(fake: FakeCloudHandle) -> None:
+async def test_total_deadline(fake: FakeCloudHandle, fake_h2: FakeCloudHandle) -> None:
     fake.set_fault("hang", hang_s=5)
-    bridge = CloudBridge(cloud(provider(fake, ttft_timeout_s=5, max_retries=3)))
+    bridge = CloudBridge(cloud(provider(fake, ttft_timeout_s=5, max_retries=3), provider(fake_h2, name="b")))
     try:
         _, _, err = await collect(bridge, deadline_s=0.3)
         assert err is not None and err.kind == "timeout_total" and fake.state.chat_attempts == 1
+        assert fake_h2.state.chat_attempts == 0  # no fail-over once the caller's deadline has passed
     finally:
         await bridge.aclose()
 
