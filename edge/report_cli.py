@@ -327,7 +327,11 @@ def _period(args: argparse.Namespace) -> tuple[float, float | None]:
 
 def _run_sla(args: argparse.Namespace) -> int:
     since, until = _period(args)
-    data = sla_report_data(_settings(args), since, until, provider=args.provider, scope=args.scope)
+    try:
+        data = sla_report_data(_settings(args), since, until, provider=args.provider, scope=args.scope)
+    except ValueError as exc:  # a malformed exclusion window in [metrics.sla]
+        sys.stderr.write(f"edgecloud sla report: {exc}\n")
+        return 2
     sys.stdout.write(render_sla(data, args.format))
     return 0
 

@@ -189,3 +189,39 @@ def test_rows_wait_in_memory_while_the_disk_refuses_writes(tmp_path: Path, monke
     asyncio.run(obs.flush(now=T0 + 3600))
     assert calls == [2, 4] and obs._pending == []
     assert sorted(r.minute for r in obs.store.query(kinds=("route",))) == [T0, T0 + 120]
+
+
+def test_the_last_hour_is_back_on_the_dashboard_after_a_restart(tmp_path: Path) -> None:
+    import time
+
+    now = time.time()
+    first = Observability(make_settings(tmp_path))
+    first.observe_request(record("old", now - 600, "edge", ttft_ms=120.0, total_ms=300.0))
+    asyncio.run(first.flush(now=now))
+    second = Observability(make_settings(tmp_path))
+
+    async def run() -> dict:
+        await second.start()
+        try:
+            return second.dashboard_data()
+        finally:
+            await second.aclose()
+
+    data = asyncio.run(run())
+    (point,) = data["ttft"]["edge"]
+    assert point["requests"] == 1 and point["p99"] == 120.0
+
+
+def test_a_malformed_exclusion_window_is_reported_not_raised(tmp_path: Path, capsys) -> None:
+    import argparse
+
+    from edge import report_cli
+
+    config = tmp_path / "bad.toml"
+    config.write_text(f'[server]\ndata_dir = "{tmp_path}"\n[metrics.sla.acme]\nexclusions = ["tomorrow"]\n')
+    _known_series(tmp_path)
+    parser = argparse.ArgumentParser()
+    report_cli.register(parser.add_subparsers())
+    args = parser.parse_args(["sla", "report", "--config", str(config), "--since", "all"])
+    assert args.func(args) == 2
+    assert "exclusion window" in capsys.readouterr().err
