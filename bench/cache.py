@@ -120,20 +120,42 @@ def bench_inprocess(tmp: Path, n: int) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------------- scaling
-def _fill(cache: Any, start: int, stop: int, batch: int = 5000) -> None:
-    """Store answers ``start..stop`` with the cache's own key and value shape, a transaction a batch."""
+def _fill(cache: Any, start: int, stop: int, batch: int = 50_000) -> None:
+    """Store answers ``start..stop`` in bulk: one INSERT ... executemany per transaction.
+
+    Rows are exactly what ``AnswerCache.store`` writes (same key, same JSON value, inline mode),
+    and diskcache's entry count is kept right; only the per-row Python overhead of ``set`` is
+    skipped, so a million entries fill in a minute or two instead of a quarter of an hour.
+    """
+    import sqlite3
+
+    from edge.cache.keys import _digest, normalize_text
+
     answers = cache._answers
     kv = cache.knowledge_version
+    context = cache.key_parts(_request("probe")).context
+    probe = cache.key_parts(_request("Which bus goes to stop 7?"))
+    assert probe.key == _digest({"context": context, "question": normalize_text("Which bus goes to stop 7?")})
     now = time.time()
+    expire = now + 30 * 24 * 3600.0
     for first in range(start, stop, batch):
+        rows = []
+        for i in range(first, min(stop, first + batch)):
+            question = normalize_text(f"Which bus goes to stop {i}?")
+            key = _digest({"context": context, "question": question})
+            value = {"v": 1, "text": f"Bus {i % 97} goes to stop {i}; it leaves every 10 minutes.",
+                     "finish_reason": "stop", "usage": {"prompt_tokens": 30, "completion_tokens": 14},
+                     "model": "bench", "route": "edge", "stored_at": now, "q": question,
+                     "ctx": context, "kv": kv}
+            data = json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+            rows.append((key, now, expire, now, kv, sqlite3.Binary(data)))
         with answers.transact():
-            for i in range(first, min(stop, first + batch)):
-                parts = cache.key_parts(_request(f"Which bus goes to stop {i}?"))
-                value = {"v": 1, "text": f"Bus {i % 97} goes to stop {i}; it leaves every 10 minutes.",
-                         "finish_reason": "stop", "usage": {"prompt_tokens": 30, "completion_tokens": 14},
-                         "model": "bench", "route": "edge", "stored_at": now, "q": parts.question,
-                         "ctx": parts.context, "kv": kv}
-                answers.set(parts.key, value, expire=30 * 24 * 3600.0, tag=kv)
+            answers._con.executemany(
+                "INSERT OR REPLACE INTO Cache(key, raw, store_time, expire_time, access_time, access_count,"
+                " tag, size, mode, filename, value) VALUES (?, 1, ?, ?, ?, 0, ?, 0, 1, NULL, ?)",
+                rows,
+            )
+            answers._sql("UPDATE Settings SET value = value + ? WHERE key = 'count'", (len(rows),))
 
 
 def bench_scaling(tmp: Path, sizes: list[int], n: int) -> dict[str, Any]:
