@@ -18,6 +18,7 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from edge.config import Settings, SlaTarget
 from edge.records import RequestRecord
 
 from .cost import REJECTED, ROUTES, PriceBook, UsageTotals, usage_key, usage_of
@@ -108,7 +109,7 @@ def merge_stored(kind: str, old: dict[str, Any], new: dict[str, Any]) -> dict[st
 
 
 class Observability:
-    def __init__(self, settings: Any, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, settings: Settings, registry: CollectorRegistry | None = None) -> None:
         self.settings = settings
         mc = settings.metrics
         self.registry = registry if registry is not None else CollectorRegistry()
@@ -206,8 +207,6 @@ class Observability:
             return collected.rows
 
     def _evaluate(self, rows: list[MinuteRow]) -> None:
-        from edge.config import SlaTarget  # the config's own default target
-
         try:
             result = evaluate(rows, self.settings.metrics.sla, SlaTarget())
         except ValueError:
@@ -227,6 +226,7 @@ class Observability:
 
     # ----- per request (hot path) -------------------------------------------------------------------
     def observe_request(self, rec: RequestRecord) -> None:
+        """Count one finished request everywhere; called on the event loop, so counters only."""
         m = self.metrics
         route = rec.route if rec.route in ROUTES else ""
         self._children.requests(route or "none", rec.reason, rec.outcome or "ok").inc()
@@ -351,6 +351,7 @@ class Observability:
         update_status: Callable[[], dict] | None,
         installed_version: Callable[[], str | None],
     ) -> None:
+        """Live state the gauges read at scrape time (pulled, so never stale and never pushed)."""
         self.sources.queue_depth = queue_depth
         self.sources.model_loaded = model_loaded
         self._bound_breakers = breaker_states
@@ -365,10 +366,12 @@ class Observability:
         return states
 
     def render_metrics(self) -> tuple[bytes, str]:
+        """The Prometheus text page and its content type (scrape-time gauges are read now)."""
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
 
     # ----- dashboard ----------------------------------------------------------------------------------
     def dashboard_data(self) -> dict[str, Any]:
+        """Everything the dashboard draws, from the same counters and minutes as /metrics and the SLA."""
         now = time.time()
         src = self.sources
         rows = {(r.minute, r.scope, r.name): r for r in self.monitor.recent.values()}
