@@ -130,8 +130,12 @@ async def read_json_body(request: Request, limit: int, timeout_s: float = 15.0) 
     if not raw:
         raise invalid("The request body is empty: a JSON object is expected.", None, "invalid_json")
     try:
-        return json.loads(raw)
-    except UnicodeDecodeError:
+        # Strict UTF-8 (json.loads on bytes would let UTF-8-encoded surrogates through), and no lone
+        # surrogate from a "\ud800" escape either: both used to reach the tokenizer as a 500.
+        value = json.loads(raw.decode("utf-8-sig"))
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+        return value
+    except (UnicodeDecodeError, UnicodeEncodeError):
         raise invalid("The request body is not valid UTF-8.", None, "invalid_json") from None
     except RecursionError:
         raise invalid("The request body is nested too deeply.", None, "invalid_json") from None
