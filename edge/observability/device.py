@@ -34,6 +34,7 @@ _TEMP = re.compile(r"\b([A-Za-z][A-Za-z0-9_]*)@(-?\d+(?:\.\d+)?)C\b")
 # JetPack 5/6 print "NAME 1234mW/1300mW"; JetPack 4 printed "NAME 1234/1300" without the unit.
 _RAIL = re.compile(r"\b((?:VDD|VIN|POM|NC)[A-Za-z0-9_]*) (\d+)(?:mW)?/(\d+)(?:mW)?\b")
 ABSENT_SENSOR_C = -256.0
+TEGRASTATS_RESTART_S = 30.0
 
 
 @dataclass
@@ -137,6 +138,7 @@ class DeviceSampler:
     def __init__(self, tegrastats_cmd: list[str], interval_s: float = 5.0) -> None:
         self.tegrastats_cmd = list(tegrastats_cmd)
         self.interval_s = max(0.05, float(interval_s))
+        self.restart_s = TEGRASTATS_RESTART_S
         self.snapshot = DeviceSnapshot()
         self._tasks: list[asyncio.Task[None]] = []
         self._proc: asyncio.subprocess.Process | None = None
@@ -163,6 +165,17 @@ class DeviceSampler:
                 log.exception("psutil sample failed")
 
     async def _tegrastats_loop(self) -> None:
+        """Follow ``tegrastats``; if it dies (a JetPack upgrade, an OOM kill), start it again later."""
+        while True:
+            try:
+                await self._follow_tegrastats()
+            except Exception:  # an over-long line, a read error: log it, kill the child, restart later
+                log.exception("reading tegrastats failed")
+                await self._stop_proc()
+            self.snapshot.tegrastats = "stopped"
+            await asyncio.sleep(self.restart_s)
+
+    async def _follow_tegrastats(self) -> None:
         try:
             self._proc = await asyncio.create_subprocess_exec(
                 *self.tegrastats_cmd,
@@ -172,7 +185,6 @@ class DeviceSampler:
             )
         except OSError as exc:
             log.warning("tegrastats could not start: %s", exc)
-            self.snapshot.tegrastats = "stopped"
             return
         self.snapshot.tegrastats = "running"
         assert self._proc.stdout is not None
@@ -183,8 +195,9 @@ class DeviceSampler:
             sample = parse_tegrastats(raw.decode("utf-8", "replace"))
             if sample is not None:
                 self.snapshot.tegra, self.snapshot.tegra_at = sample, time.time()
-        self.snapshot.tegrastats = "stopped"
         await self._proc.wait()
+        log.warning("tegrastats exited with %s", self._proc.returncode)
+        self._proc = None
 
     async def aclose(self) -> None:
         for task in self._tasks:
@@ -193,6 +206,9 @@ class DeviceSampler:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._tasks.clear()
+        await self._stop_proc()
+
+    async def _stop_proc(self) -> None:
         proc = self._proc
         if proc is not None and proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):

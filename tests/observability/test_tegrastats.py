@@ -144,3 +144,30 @@ def test_no_tegrastats_means_psutil_only(tmp_path: Path) -> None:
     assert sampler.snapshot.tegrastats == "absent"
     assert sampler.snapshot.tegra is None
     assert sampler.snapshot.memory_used_bytes and sampler.snapshot.memory_used_bytes > 0
+
+
+def test_a_dying_tegrastats_is_started_again(tmp_path: Path) -> None:
+    starts = tmp_path / "starts"
+    script = tmp_path / "short-tegrastats"
+    script.write_text(
+        f"#!{sys.executable}\n"
+        f"open({str(starts)!r}, 'a').write('x')\n"
+        f"print({JP5_AGX_ORIN!r}, flush=True)\n"
+    )
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    sampler = DeviceSampler([str(script)], interval_s=5.0)
+    sampler.restart_s = 0.05
+
+    async def run() -> None:
+        await sampler.start()
+        try:
+            for _ in range(300):
+                if starts.exists() and len(starts.read_text()) >= 3:
+                    break
+                await asyncio.sleep(0.02)
+        finally:
+            await sampler.aclose()
+
+    asyncio.run(run())
+    assert len(starts.read_text()) >= 3
+    assert sampler.snapshot.tegra is not None and sampler.snapshot.tegra.temperatures_c["cpu"] == 42.593
