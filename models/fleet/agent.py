@@ -292,7 +292,7 @@ class UpdateAgent:
         store = self.store
         old = store.current()
         new = await asyncio.to_thread(store.install, version)
-        store.begin_activation(version)
+        await asyncio.to_thread(store.begin_activation, version)
         faults.maybe_kill("before_switch")
         await asyncio.to_thread(store.switch_to, version)
         faults.maybe_kill("after_switch")
