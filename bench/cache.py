@@ -129,20 +129,20 @@ def _fill(cache: Any, start: int, stop: int, batch: int = 50_000) -> None:
     """
     import sqlite3
 
-    from edge.cache.keys import _digest, normalize_text
+    from edge.cache.keys import answer_key, normalize_text
 
     answers = cache._answers
     kv = cache.knowledge_version
     context = cache.key_parts(_request("probe")).context
     probe = cache.key_parts(_request("Which bus goes to stop 7?"))
-    assert probe.key == _digest({"context": context, "question": normalize_text("Which bus goes to stop 7?")})
+    assert probe.key == answer_key(context, normalize_text("Which bus goes to stop 7?"))
     now = time.time()
     expire = now + 30 * 24 * 3600.0
     for first in range(start, stop, batch):
         rows = []
         for i in range(first, min(stop, first + batch)):
             question = normalize_text(f"Which bus goes to stop {i}?")
-            key = _digest({"context": context, "question": question})
+            key = answer_key(context, question)
             value = {"v": 1, "text": f"Bus {i % 97} goes to stop {i}; it leaves every 10 minutes.",
                      "finish_reason": "stop", "usage": {"prompt_tokens": 30, "completion_tokens": 14},
                      "model": "bench", "route": "edge", "stored_at": now, "q": question,

@@ -18,6 +18,7 @@ import json
 import re
 import unicodedata
 from dataclasses import dataclass
+from functools import lru_cache
 
 from edge.types import ChatRequest
 
@@ -31,23 +32,16 @@ _DIGIT_COMMA = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
 _SPACES = re.compile(r"\s+")
 
 
-def _is_cjk(char: str) -> bool:
-    code = ord(char)
-    return (
-        0x4E00 <= code <= 0x9FFF  # CJK unified ideographs
-        or 0x3400 <= code <= 0x4DBF  # extension A
-        or 0x20000 <= code <= 0x2FA1F  # extensions B-F, compatibility supplement
-        or 0xF900 <= code <= 0xFAFF  # compatibility ideographs
-        or 0x3040 <= code <= 0x30FF  # kana (Japanese questions reach Chinese kiosks too)
-        or 0xAC00 <= code <= 0xD7AF  # hangul
-    )
+def _punctuation_table() -> dict[int, str]:
+    """Every punctuation code point of the Basic Multilingual Plane (ASCII, CJK, full-width) -> space."""
+    return {code: " " for code in range(0x10000) if unicodedata.category(chr(code)).startswith("P")}
 
 
-def _fold_char(char: str) -> str:
-    """Punctuation becomes a space; letters, digits and symbols (%, $, +) are kept."""
-    if unicodedata.category(char).startswith("P"):
-        return " "
-    return char
+# Built once at import (a few milliseconds): str.translate then folds punctuation at C speed.
+_PUNCTUATION = _punctuation_table()
+_CJK_CLASS = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\U00020000-\U0002fa1f"
+# A space with a CJK character on either side: Chinese does not separate words with spaces.
+_CJK_SPACE = re.compile(f"(?<=[{_CJK_CLASS}]) | (?=[{_CJK_CLASS}])")
 
 
 def normalize_text(text: str) -> str:
@@ -55,18 +49,11 @@ def normalize_text(text: str) -> str:
     text = unicodedata.normalize("NFKC", text).casefold()
     text = _INNER_JOINERS.sub("", text)
     text = _DIGIT_COMMA.sub("", text)
-    text = "".join(_fold_char(c) for c in text)
-    words = _SPACES.sub(" ", text).strip()
-    if not words:
-        return ""
+    # Punctuation becomes a space; letters, digits and symbols (%, $, +) are kept.
+    words = _SPACES.sub(" ", text.translate(_PUNCTUATION)).strip()
     # Drop a space only where one side is CJK: "商场 几点 开门" == "商场几点开门", "wifi 密码" ==
     # "wifi密码"; spaces between Latin words and between numbers ("1 5" vs "15") stay.
-    out: list[str] = []
-    for index, char in enumerate(words):
-        if char == " " and (_is_cjk(words[index - 1]) or _is_cjk(words[index + 1])):
-            continue
-        out.append(char)
-    return "".join(out)
+    return _CJK_SPACE.sub("", words)
 
 
 def _normalize_prompt(text: str) -> str:
@@ -99,28 +86,44 @@ def _digest(payload: dict[str, object]) -> str:
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
-def key_parts(req: ChatRequest, fingerprint: str, knowledge_version: str) -> KeyParts:
-    """The exact-match key of a request and its context hash."""
-    context = _digest({
+@lru_cache(maxsize=256)
+def _context(system: str, route: str, route_header: str | None, fingerprint: str,
+             generation: tuple[tuple[str, object], ...], knowledge_version: str) -> str:
+    """Kiosks send the same system prompt and settings all day: hash them once, not per request."""
+    return _digest({
         "schema": KEY_SCHEMA,
-        "system": _normalize_prompt(req.system_prompt),
-        "route": req.route_name,
-        "route_header": (req.route_header or "").strip().lower() or None,
+        "system": _normalize_prompt(system),
+        "route": route,
+        "route_header": route_header,
         "fingerprint": fingerprint,
-        "generation": generation_settings(req),
+        "generation": dict(generation),
         "knowledge": knowledge_version,
     })
+
+
+def key_parts(req: ChatRequest, fingerprint: str, knowledge_version: str) -> KeyParts:
+    """The exact-match key of a request and its context hash."""
+    generation = generation_settings(req)
+    generation["stop"] = tuple(req.stop)
+    context = _context(
+        req.system_prompt, req.route_name, (req.route_header or "").strip().lower() or None, fingerprint,
+        tuple(sorted(generation.items())), knowledge_version,
+    )
     question = normalize_text(req.last_user_message)
-    key = _digest({"context": context, "question": question})
-    return KeyParts(question=question, context=context, key=key)
+    return KeyParts(question=question, context=context, key=answer_key(context, question))
 
 
-def faq_key(question: str) -> str:
-    """FAQ answers are the operator's truth for every model, prompt and setting: keyed by question alone.
+def answer_key(context: str, normalized_question: str) -> str:
+    """sha256 over the context hash (fixed-length hex) and the normalised question."""
+    return hashlib.sha256(f"{context}\n{normalized_question}".encode()).hexdigest()
 
-    Loading a newer pack replaces the older one's entries, so no knowledge version is needed here.
+
+def faq_key(normalized_question: str) -> str:
+    """FAQ answers are the operator's truth for every model, prompt and setting: keyed by the
+    (already normalised) question alone. Loading a newer pack replaces the older one's entries, so
+    no knowledge version is needed here.
     """
-    return _digest({"schema": KEY_SCHEMA, "faq": normalize_text(question)})
+    return hashlib.sha256(f"faq/{KEY_SCHEMA}\n{normalized_question}".encode()).hexdigest()
 
 
-__all__ = ["KEY_SCHEMA", "KeyParts", "faq_key", "generation_settings", "key_parts", "normalize_text"]
+__all__ = ["KEY_SCHEMA", "KeyParts", "answer_key", "faq_key", "generation_settings", "key_parts", "normalize_text"]
