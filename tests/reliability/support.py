@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,12 @@ from cloud_bridge.config import CloudConfig
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
 MATRIX_KEY = pytest.StashKey[dict[str, dict[str, str]]]()
 COLUMNS = ("auto", "auto+stream", "forced", "forced+stream")
+# Secrets and a prompt marker of this test session, fresh each run: the log audit greps for them.
+PROC_SECRETS = {
+    "admin_token": "adm-" + secrets.token_hex(16),
+    "cloud_key": "sk-test-" + secrets.token_hex(20),
+    "prompt_marker": "zebra" + secrets.token_hex(6) + "marker",
+}
 
 # Short deadlines: every cell must end within these (see ``cloud_bound_s``), never the fake's hang.
 FAST_PROVIDER: dict[str, Any] = {
