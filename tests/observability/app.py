@@ -50,4 +50,10 @@ def build_app(settings: Settings, with_obs: bool = True) -> FastAPI:
             obs.observe_request(RequestRecord(**item))
         return {"recorded": len(body)}
 
+    @app.post("/_test/flush")
+    async def flush() -> dict[str, int]:
+        obs = state["obs"]
+        assert obs is not None
+        return {"rows": len(await obs.flush())}
+
     return app
