@@ -13,16 +13,20 @@ LLAMA_VERSION=""
 ORT_KIND=""          # gpu / cpu, for the report
 ORT_NOTE=""
 
-pkg_installed() {
-  # shellcheck disable=SC2016  # ${Status} is dpkg-query's format, not a shell variable
-  dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'
+# The installed ones among the given packages, one per line (one dpkg-query for all of them).
+pkgs_installed() {
+  # shellcheck disable=SC2016  # ${Package} ${Status} is dpkg-query's format, not shell
+  dpkg-query -W -f='${Package} ${Status}\n' "$@" 2>/dev/null | awk '/ install ok installed$/ {print $1}' || true
 }
+
+pkg_installed() { pkgs_installed "$1" | grep -qx "$1"; }
 
 install_packages() {
   local wanted=(build-essential cmake git curl ca-certificates "$PYTHON_BIN" "$PYTHON_BIN-venv" "$PYTHON_BIN-dev")
-  local missing=() pkg need_ppa=0
+  local missing=() pkg need_ppa=0 present
   if [ ! -x "$CUDA_HOME/bin/nvcc" ]; then wanted+=(nvidia-cuda-dev); fi
-  for pkg in "${wanted[@]}"; do pkg_installed "$pkg" || missing+=("$pkg"); done
+  present=$(pkgs_installed "${wanted[@]}")
+  for pkg in "${wanted[@]}"; do grep -qx "$pkg" <<<"$present" || missing+=("$pkg"); done
   if [ "${#missing[@]}" -eq 0 ]; then ok "system packages present: ${wanted[*]}"; return; fi
   # JetPack 5 is Ubuntu 20.04 with Python 3.8; the gateway needs 3.10 (deadsnakes PPA).
   if [ "$L4T_MAJOR" = 35 ] && [[ " ${missing[*]} " == *" $PYTHON_BIN "* ]]; then need_ppa=1; fi

@@ -15,9 +15,12 @@ health_report() {
     return
   fi
   local llama ort edgecloud_v mode tegra_log tegra_pid="" probe gr3d ram ttft tps tokens perr
-  llama=$(venv_py -c 'import llama_cpp; print(llama_cpp.__version__)') || llama="?"
-  ort=$(venv_py -c 'import onnxruntime as o; print(o.__version__, ",".join(o.get_available_providers()))') || ort="?"
-  edgecloud_v=$(venv_py -c 'import importlib.metadata as m; print(m.version("edgecloud"))') || edgecloud_v="?"
+  local versions
+  versions=$(venv_py -c 'import importlib.metadata as m, llama_cpp, onnxruntime as o
+print(llama_cpp.__version__)
+print(o.__version__, ",".join(o.get_available_providers()))
+print(m.version("edgecloud"))') || versions=""
+  llama=$(sed -n 1p <<<"$versions"); ort=$(sed -n 2p <<<"$versions"); edgecloud_v=$(sed -n 3p <<<"$versions")
   mode=$(nvpmodel -q 2>/dev/null | sed -n 's/^NV Power Mode:[[:space:]]*//p' | head -n 1) || mode="?"
 
   tegra_log=$(mktemp)

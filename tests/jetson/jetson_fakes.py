@@ -96,11 +96,12 @@ def dpkg_query(argv: list[str], state: dict[str, Any]) -> int:
             return 1
         print(version, end="")
         return 0
-    package = argv[-1]
-    if package in state["packages"]:
-        print("install ok installed", end="")
-        return 0
-    return 1
+    # dpkg-query -W -f='${Package} ${Status}\n' PKG...: unknown packages are an error (exit 1).
+    packages = [a for a in argv if not a.startswith("-")]
+    for package in packages:
+        if package in state["packages"]:
+            print(f"{package} install ok installed")
+    return 0 if all(p in state["packages"] for p in packages) else 1
 
 
 def venv_python(argv: list[str], state: dict[str, Any]) -> int:
@@ -113,15 +114,12 @@ def venv_python(argv: list[str], state: dict[str, Any]) -> int:
     if argv and argv[0].endswith("gpu_check.py"):
         return gpu_check(argv[1:], state)
     if argv[:1] == ["-c"]:
-        code = argv[1]
-        if "llama_cpp" in code:
-            print(state["llama"]["version"] if state.get("llama") else "")
-        elif "onnxruntime" in code:
-            gpu = "onnxruntime-gpu" in state["pip"]
-            providers = "CUDAExecutionProvider,CPUExecutionProvider" if gpu else "CPUExecutionProvider"
-            print(f"1.23.0 {providers}")
-        elif "importlib.metadata" in code:
-            print("0.1.0")
+        # The health report's one-shot version query: llama_cpp, onnxruntime + providers, edgecloud.
+        gpu = "onnxruntime-gpu" in state["pip"]
+        providers = "CUDAExecutionProvider,CPUExecutionProvider" if gpu else "CPUExecutionProvider"
+        print(state["llama"]["version"] if state.get("llama") else "")
+        print(f"1.23.0 {providers}")
+        print("0.1.0")
         return 0
     return 0
 

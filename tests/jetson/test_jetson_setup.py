@@ -228,16 +228,6 @@ def test_a_wrong_sha256_is_refused_and_the_file_removed(make_board) -> None:
     assert "edgecloud.service" not in board.state()["active"]
 
 
-def test_custom_model_url_with_its_sha256(make_board) -> None:
-    board = make_board("jp5-8gb")
-    sha = hashlib.sha256(board.model_content).hexdigest()
-
-    board.install("--model-url", "https://example.invalid/m/custom.gguf?download=1", "--model-sha256", sha.upper())
-
-    assert board.path("/opt/edgecloud/models/custom.gguf").read_bytes() == board.model_content
-    assert 'model_path = "/opt/edgecloud/models/custom.gguf"' in board.path("/etc/edgecloud/config.toml").read_text()
-
-
 def test_low_disk_is_refused(make_board) -> None:
     board = make_board("jp6-16gb")
 
@@ -248,10 +238,15 @@ def test_low_disk_is_refused(make_board) -> None:
     assert board.mutating_calls() == []
 
 
-def test_onnxruntime_gpu_replaces_the_cpu_wheel_when_the_index_has_one(make_board) -> None:
+def test_custom_model_and_onnxruntime_gpu_when_the_index_has_one(make_board) -> None:
     board = make_board("jp6-8gb")
+    sha = hashlib.sha256(board.model_content).hexdigest()
 
-    proc = board.install(FAKE_ORT_GPU="1")
+    proc = board.install("--model-url", "https://example.invalid/m/custom.gguf?download=1",
+                         "--model-sha256", sha.upper(), FAKE_ORT_GPU="1")
+
+    assert board.path("/opt/edgecloud/models/custom.gguf").read_bytes() == board.model_content
+    assert 'model_path = "/opt/edgecloud/models/custom.gguf"' in board.path("/etc/edgecloud/config.toml").read_text()
 
     pip = [c["argv"] for c in board.calls() if c["cmd"] == "venv-python" and c["argv"][:2] == ["-m", "pip"]]
     download = next(a for a in pip if a[2] == "download")
