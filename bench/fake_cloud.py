@@ -26,7 +26,8 @@ what the server saw. Faults (``config.fault``):
 ``hang``           accept the request, never send headers (for ``hang_s``)
 ``slow_first``     headers at once, first token after ``slow_first_s``
 ``stall``          ``stall_after`` tokens, then silence for ``stall_s``, then the rest
-``cut``            ``cut_after`` tokens, then the connection is dropped (no [DONE], no final chunk)
+``cut``            ``cut_after`` tokens, then the connection is dropped (no [DONE], no final chunk);
+                   over HTTP/2 the stream ends early instead (hypercorn cannot reset it)
 ``malformed``      after ``malformed_after`` tokens an SSE event whose data is not JSON
 ``error_in_stream`` 200, then (after ``error_after`` tokens) ``data: {"error": {...}}``
 ``huge``           an answer of ``huge_bytes`` bytes (streamed in 64 KiB tokens, or one JSON body)
@@ -228,7 +229,7 @@ def create_fake_cloud(
             fault = "429"
         if fault != "none":
             st.faults_served += 1
-        await _chat(cfg, st, rng, next(ids), body, fault, receive, send)
+        await _chat(cfg, st, rng, next(ids), body, fault, receive, send, str(scope.get("http_version", "1.1")))
 
     return app
 
@@ -271,7 +272,7 @@ async def _json(send: Send, status: int, obj: Any, extra: list[tuple[bytes, byte
 
 async def _chat(
     cfg: FakeCloudConfig, st: FakeCloudState, rng: random.Random, n: int, body: dict[str, Any],
-    fault: str, receive: Receive, send: Send,
+    fault: str, receive: Receive, send: Send, http_version: str = "1.1",
 ) -> None:
     scale = cfg.time_scale
     req_id = f"req_fake_{n}"
@@ -408,7 +409,12 @@ async def _chat(
         await watcher
     exc = producer.exception()
     if isinstance(exc, _Cut):
-        raise exc  # the server drops the connection: what a cut stream looks like to the client
+        if http_version == "2":
+            # hypercorn cannot reset one h2 stream from ASGI (an app exception leaves the stream
+            # open), so over HTTP/2 a cut is an early END_STREAM: no finish_reason, no [DONE].
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            return
+        raise exc  # uvicorn drops the connection: what a cut stream looks like to the client
     if exc is not None:
         raise exc
     if fault in ("malformed", "error_in_stream"):

@@ -222,7 +222,7 @@ async def test_hang_fails_over_to_next_provider(fake: FakeCloudHandle, fake_h2: 
     try:
         texts, done, err = await collect(bridge)
         assert err is None and done is not None and done.provider == "b" and "".join(texts) == ANSWER
-        assert done.timings.attempts == 2 and fake.state.chat_attempts == 1
+        assert fake.state.chat_attempts == 1 and fake_h2.state.chat_attempts == 1
     finally:
         await bridge.aclose()
 
@@ -502,3 +502,39 @@ async def test_official_openai_client_against_fake(fake: FakeCloudHandle) -> Non
         assert full.choices[0].message.content == ANSWER and full.usage is not None
         models = await client.models.list()
         assert [m.id for m in models.data] == ["fake-gpt"]
+
+
+@pytest.mark.parametrize(("fault", "fields", "kind", "texts"), [
+    ("cut", {"cut_after": 2}, "connect", 2),
+    ("stall", {"stall_after": 1, "stall_s": 3}, "timeout_gap", 1),
+    ("malformed", {"malformed_after": 1}, "bad_response", 1),
+    ("error_in_stream", {"error_after": 3, "error_type": "invalid_request_error"}, "upstream_error", 3),
+])
+async def test_mid_stream_faults_over_http2(fake_h2: FakeCloudHandle, fault: str, fields: dict[str, Any],
+                                            kind: str, texts: int) -> None:
+    fake_h2.set_fault(fault, **fields)
+    bridge = CloudBridge(cloud(provider(fake_h2, max_gap_s=0.3, max_retries=2)))
+    try:
+        got, _, err = await collect(bridge)
+        assert len(got) == texts
+        assert err is not None and err.kind == kind and not err.before_first_token
+        assert fake_h2.state.chat_attempts == 1
+        fake_h2.set_fault("none")
+        _, done, err = await collect(bridge)  # the pooled HTTP/2 connection still serves
+        assert err is None and done is not None
+    finally:
+        await bridge.aclose()
+
+
+async def test_429_then_503_over_http2(fake_h2: FakeCloudHandle) -> None:
+    fake_h2.set_fault("429", count=1, retry_after=None, retry_after_ms=10)
+    bridge = CloudBridge(cloud(provider(fake_h2)))
+    try:
+        _, done, err = await collect(bridge)
+        assert err is None and done is not None and done.timings.attempts == 2
+        fake_h2.set_fault("status", count=1, fault_status=502)
+        _, done, err = await collect(bridge)
+        assert err is None and done is not None and done.timings.attempts == 2
+        assert done.timings.http_version == "HTTP/2"
+    finally:
+        await bridge.aclose()
