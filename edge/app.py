@@ -302,11 +302,16 @@ def create_app(settings: Settings) -> FastAPI:
     )
     async def chat_completions(request: Request) -> Response:
         request_id = request_id_of(request)
+        pipeline = services_of(request).pipeline
         try:
             body = await read_json_body(request, settings.server.max_body_bytes)
             req = parse_chat_request(body, settings, request.headers)
-            req.request_id = request_id
-            answer = await services_of(request).pipeline.start(req)
+        except APIError as exc:
+            pipeline.count_rejected(request_id, exc)  # refused before the pipeline: still counted
+            return error_response(exc, request_id)
+        req.request_id = request_id
+        try:
+            answer = await pipeline.start(req)  # records its own failures
         except APIError as exc:
             return error_response(exc, request_id)
         completion_id = f"chatcmpl-{request_id}"

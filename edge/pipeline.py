@@ -143,6 +143,11 @@ class Pipeline:
             prompt=req.last_user_message if self.log_prompts else None,
         )
 
+    def count_rejected(self, request_id: str, exc: APIError) -> None:
+        """A request refused before it could be routed (bad body, unknown model, too large)."""
+        self._emit(RequestRecord(request_id=request_id, started_at=time.time(), outcome="rejected",
+                                 status=exc.status, error_code=exc.code))
+
     # ----- the request path ---------------------------------------------------------------------
     async def start(self, req: ChatRequest) -> Answer:
         timer = Timer(start=req.received_at)

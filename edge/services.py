@@ -64,7 +64,7 @@ class Services:
                 queue_depth=lambda: self.edge.queue_depth,
                 model_loaded=lambda: self.edge.ready,
                 breaker_states=lambda: self.cloud.bridge.breaker_states() if self.cloud else {},
-                update_status=(lambda: self.agent.status()) if self.agent is not None else None,
+                update_status=lambda: self.agent.status() if self.agent is not None else {},
                 installed_version=self._installed_version,
             )
             await self.obs.start()
@@ -93,10 +93,8 @@ class Services:
     # ----- parts -------------------------------------------------------------------------------
     def _init_store(self) -> None:
         """Use the update store's current bundle unless the operator pinned a model path."""
-        try:
-            from models.store import ModelStore
-        except ImportError:  # pragma: no cover - store not built in this install
-            return
+        from models.store import ModelStore
+
         store = ModelStore(self.data_dir)
         with contextlib.suppress(Exception):
             store.recover()
@@ -115,18 +113,12 @@ class Services:
     def _init_observability(self) -> None:
         if not self.settings.metrics.enabled:
             return
-        try:
-            from .observability import Observability
-        except ImportError:  # TEMPORARY
-            return
+        from .observability import Observability
 
         self.obs = Observability(self.settings)
 
     def _init_cache(self) -> None:
-        try:
-            from .cache import AnswerCache, replay_chunks  # noqa: F401
-        except ImportError:  # TEMPORARY
-            return
+        from .cache import AnswerCache
 
         self.cache = AnswerCache(self.settings.cache, self.data_dir)
         self.cache.set_fingerprint(self.fingerprint())
@@ -153,6 +145,7 @@ class Services:
             activator=self,
             check_interval_s=fleet.check_interval_s,
             check_jitter_s=fleet.check_jitter_s,
+            metrics_registry=self.obs.registry if self.obs is not None else None,
         )
         self._tasks.append(asyncio.create_task(self.agent.run_forever()))
 
@@ -191,7 +184,9 @@ class Services:
 
     def _installed_version(self) -> str | None:
         current = self.store.current() if self.store is not None else None
-        return str(current.version) if current is not None else None
+        if current is not None:
+            return str(current.version)
+        return self.edge.model.version if self.edge.model is not None else None
 
     # ----- Activator (the update agent calls these) -----------------------------------------------
     async def activate(self, version: Any) -> None:
@@ -226,18 +221,10 @@ class Services:
         def services() -> Services:
             return app.state.services
 
-        import importlib
+        from .cache import cache_admin_router
+        from .observability import observability_router
+        from .update_routes import update_router
 
-        # TEMPORARY guard while the feature modules land (removed at integration).
-        for module, factory, args in (
-            ("edge.cache", "cache_admin_router", (lambda: services().cache, require_admin)),
-            ("edge.observability", "observability_router", (lambda: services().obs,)),
-            ("edge.update_routes", "update_router", (lambda: services().agent, require_admin)),
-        ):
-            try:
-                mod = importlib.import_module(module)
-            except ModuleNotFoundError:
-                continue
-            if not hasattr(mod, factory):
-                continue
-            app.include_router(getattr(mod, factory)(*args))
+        app.include_router(cache_admin_router(lambda: services().cache, require_admin))
+        app.include_router(observability_router(lambda: services().obs))
+        app.include_router(update_router(lambda: services().agent, require_admin))
