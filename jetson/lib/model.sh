@@ -12,6 +12,7 @@ MODEL_SHA256=""
 MODEL_SIZE_MB=0
 MODEL_QUANT=""
 MODEL_PATH=""        # final path on the device (without the test root)
+FLEET_HARDWARE=""    # the fleet's hardware name for this module, e.g. jetson-orin-nx-16gb
 N_CTX=""
 N_BATCH=""
 MEMORY_MAX=""
@@ -32,6 +33,7 @@ load_profile() {
   N_BATCH=$profile_batch
   if [ -n "$OPT_SWAP_SIZE" ]; then SWAP_SIZE=$OPT_SWAP_SIZE; fi
   MODEL_NAME=${OPT_MODEL:-$profile_model}
+  FLEET_HARDWARE="jetson-$MODULE"
 }
 
 select_model() {
@@ -134,12 +136,18 @@ ensure_bundle() {
   root_dest=$(p /etc/edgecloud/trusted-root.json)
   put_file "$root_dest" 0644 <"$root"
   run "$VENV/bin/edgecloud" models update --repository "$OPT_BUNDLE" --trusted-root "$root_dest" \
-    --data-dir "$data_dir" --once
-  # The updater owns the store layout; the newest GGUF in it is what the GPU check loads.
+    --data-dir "$data_dir" --hardware "$FLEET_HARDWARE" --once
+  # The service runs as its own user and must own its state (systemd's StateDirectory).
+  if [ -z "$ROOT" ]; then run chown -R "$SERVICE_USER:$SERVICE_USER" "$data_dir"; fi
+  # The store owns its layout: ask it which GGUF is current (what the gateway will serve).
   if [ "$DRY_RUN" = 0 ]; then
     local found
-    found=$(find "$data_dir" -name '*.gguf' -type f -printf '%T@ %p\n' 2>/dev/null | sort -rn | head -n 1 | cut -d' ' -f2-)
-    [ -n "$found" ] || die "the bundle update installed no .gguf under $data_dir"
+    found=$("$VENV/bin/python" -c 'import sys
+from pathlib import Path
+from models.store import ModelStore
+current = ModelStore(Path(sys.argv[1])).current()
+print((current.artifacts.get("gguf") if current else "") or "")' "$data_dir") || found=""
+    [ -n "$found" ] || die "the signed-bundle update left no current model in $data_dir (see its output above)"
     MODEL_PATH=${found#"$ROOT"}
     ok "bundle installed: $MODEL_PATH"
     if [ "$(state_get bundle_model)" != "$MODEL_PATH" ]; then

@@ -46,6 +46,7 @@ write_config() {
   fi
   if [ "$MODEL_NAME" = bundle ]; then
     model_line="# model_path: none; the signed-bundle store under data_dir provides the model"
+    # The gateway's own update agent keeps checking this repository after installation.
     fleet_lines=$(printf 'enabled = true\nrepository_url = "%s"\ntrusted_root = "/etc/edgecloud/trusted-root.json"' "$OPT_BUNDLE")
   else
     model_line="model_path = \"$MODEL_PATH\""
@@ -54,7 +55,7 @@ write_config() {
   put_file "$conf" 0640 "root:$SERVICE_USER" < <(render "$HERE/config.toml.in" \
     MODULE "$MODULE" JETPACK "$JETPACK_VERSION" PORT "${OPT_PORT:-8080}" \
     ADMIN_TOKEN "$(random_token)" MODEL_PATH_LINE "$model_line" N_CTX "$N_CTX" N_BATCH "$N_BATCH" \
-    N_THREADS "$CPU_COUNT" FLEET_LINES "$fleet_lines")
+    N_THREADS "$CPU_COUNT" FLEET_LINES "$fleet_lines" FLEET_HARDWARE "$FLEET_HARDWARE")
   SERVICE_DIRTY=1
 }
 

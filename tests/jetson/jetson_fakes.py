@@ -113,6 +113,11 @@ def venv_python(argv: list[str], state: dict[str, Any]) -> int:
         os.execv(real, [real, *argv])  # noqa: S606 - argv list, no shell
     if argv and argv[0].endswith("gpu_check.py"):
         return gpu_check(argv[1:], state)
+    if argv[:1] == ["-c"] and "ModelStore" in argv[1]:
+        # models.store.ModelStore(data_dir).current().artifacts["gguf"] after a bundle update
+        gguf = Path(argv[2]) / "models" / "store" / "bundle-model.gguf"
+        print(gguf if gguf.is_file() else "")
+        return 0
     if argv[:1] == ["-c"]:
         # The health report's one-shot version query: llama_cpp, onnxruntime + providers, edgecloud.
         gpu = "onnxruntime-gpu" in state["pip"]

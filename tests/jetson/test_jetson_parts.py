@@ -150,7 +150,7 @@ def test_rendered_config_loads_in_the_gateway(installed_board: FakeJetson) -> No
     assert settings.edge.n_gpu_layers == -1
     assert settings.edge.n_ctx == 8192
     assert str(settings.edge.model_path) == "/opt/edgecloud/models/Qwen2.5-7B-Instruct-Q4_K_M.gguf"
-    assert settings.fleet.enabled is False and settings.fleet.hardware == "orin-nx-16gb"
+    assert settings.fleet.enabled is False and settings.fleet.hardware == "jetson-orin-nx-16gb"
 
 
 def _system_unit_dir() -> Path | None:

@@ -302,16 +302,20 @@ def test_signed_bundle_path(make_board, tmp_path: Path) -> None:
     (repo / "metadata").mkdir(parents=True)
     (repo / "metadata" / "1.root.json").write_text(json.dumps({"signed": {"_type": "root"}}))
 
-    board.install("--bundle", str(repo), FAKE_BUNDLE_CMD="1")
+    proc = board.install("--bundle", str(repo), FAKE_BUNDLE_CMD="1")
 
     update = next(c["argv"] for c in board.calls() if c["cmd"] == "venv-edgecloud" and "--once" in c["argv"])
     assert update[:2] == ["models", "update"]
     assert update[update.index("--repository") + 1] == str(repo)
+    assert update[update.index("--hardware") + 1] == "jetson-orin-nx-16gb"
+    assert update[update.index("--data-dir") + 1] == str(board.path("/var/lib/edgecloud"))
     trusted = board.path("/etc/edgecloud/trusted-root.json")
     assert update[update.index("--trusted-root") + 1] == str(trusted)
     assert trusted.read_text() == (repo / "metadata" / "1.root.json").read_text()
     config = board.path("/etc/edgecloud/config.toml").read_text()
     assert "enabled = true" in config and f'repository_url = "{repo}"' in config
+    assert "model_path" not in config.replace("# model_path", "")  # the store's current bundle is served
+    assert "ok: bundle installed: /var/lib/edgecloud/models/store/bundle-model.gguf" in proc.stdout
     assert "downloads" not in board.state()  # no direct model download on the bundle path
 
 
