@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import httpcore
+
 
 @dataclass
 class CallTimings:
@@ -70,8 +72,12 @@ class DnsCache:
         self.ttl_s = ttl_s
         self._seen: dict[tuple[str, int], float] = {}
 
-    async def resolve_timed(self, host: str, port: int) -> float | None:
-        """Milliseconds the lookup took, 0.0 when cached, None for IP literals or on failure."""
+    async def resolve_timed(self, host: str, port: int, timeout_s: float | None = None) -> float | None:
+        """Milliseconds the lookup took, 0.0 when cached, None for IP literals.
+
+        Raises ``OSError`` when the name does not resolve and ``TimeoutError`` after ``timeout_s``
+        (the connect timeout): a dead resolver must not stall a call beyond it.
+        """
         try:
             ipaddress.ip_address(host)
             return None
@@ -84,9 +90,9 @@ class DnsCache:
         loop = asyncio.get_running_loop()
         start = time.perf_counter()
         try:
-            await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-        except OSError:
-            return None  # connect_tcp will fail with the real error
+            await asyncio.wait_for(loop.getaddrinfo(host, port, type=socket.SOCK_STREAM), timeout_s)
+        except asyncio.TimeoutError:
+            raise TimeoutError(f"DNS lookup of {host} took longer than {timeout_s}s") from None
         self._seen[key] = now
         return (time.perf_counter() - start) * 1000.0
 
@@ -108,7 +114,13 @@ class PhaseTrace:
         if event == "connect_tcp.started":
             self.new_connection = True
             if self.dns is not None and "host" in info:
-                took = await self.dns.resolve_timed(str(info["host"]), int(info.get("port") or 0))
+                host = str(info["host"])
+                try:
+                    took = await self.dns.resolve_timed(host, int(info.get("port") or 0), info.get("timeout"))
+                except TimeoutError as exc:
+                    raise httpcore.ConnectTimeout(str(exc)) from None
+                except OSError as exc:  # fail fast, with the resolver's reason, as a connect error
+                    raise httpcore.ConnectError(f"DNS lookup of {host} failed: {exc}") from None
                 if took is not None:
                     self.timings.dns_ms = self.ms()
         elif event == "connect_tcp.complete":

@@ -176,3 +176,30 @@ async def test_watchdog_deadlines_and_external_cancel() -> None:
     task.cancel()  # someone else's cancellation is not turned into a timeout
     with pytest.raises(asyncio.CancelledError):
         await task
+
+
+@pytest.mark.anyio
+async def test_dns_failure_is_a_fast_connect_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A name that does not resolve fails the attempt as ``connect`` with the resolver's reason.
+
+    The resolver failure is simulated (no real DNS may be queried here): only the lookup is faked,
+    the bridge, httpx and httpcore run for real against a localhost URL.
+    """
+    import socket
+
+    from cloud_bridge import CloudBridge, CloudConfig, CloudError, ProviderConfig
+
+    bridge = CloudBridge(CloudConfig(providers=[ProviderConfig(
+        base_url="http://localhost:9/v1", max_retries=0)], warmup=False, keep_warm=False))
+
+    async def no_such_name(host: str, port: int, timeout_s: float | None = None) -> float | None:
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(bridge._dns, "resolve_timed", no_such_name)
+    try:
+        with pytest.raises(CloudError) as info:
+            async for _ in bridge.stream_chat({"messages": []}, request_id="dns"):
+                pass
+        assert info.value.kind == "connect" and "DNS lookup of localhost failed" in info.value.message
+    finally:
+        await bridge.aclose()
