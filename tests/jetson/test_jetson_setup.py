@@ -365,3 +365,18 @@ def test_usage_errors(make_board) -> None:
     assert no_tty.returncode == 2 and "--yes" in no_tty.stderr
     help_text = board.run("--help")
     assert help_text.returncode == 0 and "--dry-run" in help_text.stdout
+
+
+def test_l4t_from_dpkg_when_the_release_file_is_missing(make_board) -> None:
+    board = make_board("jp6-8gb")
+    board.path("/etc/nv_tegra_release").unlink()
+    state = board.state()
+    state["l4t_core_version"] = "36.4.3-20250107174145"
+    board.state_file.write_text(json.dumps(state))
+
+    proc = board.run("--dry-run", "--no-swap")
+
+    assert proc.returncode == 0, proc.stderr
+    assert "L4T:       36.4.3 (JetPack 6.2)" in proc.stdout
+    assert ["--showformat=${Version}", "--show", "nvidia-l4t-core"] in calls_of(board, "dpkg-query")
+    assert "swap left alone (--no-swap)" in proc.stdout and "fallocate" not in proc.stdout
