@@ -677,6 +677,8 @@ class CloudBridge:
                         timings.last_token_ms = trace.ms(now)
                         last_token = now
                         yield ContentDelta(text)
+                        # Time the caller spent before asking for more is not upstream silence.
+                        last_token = time.perf_counter()
         if saw_done:
             await self._drain_tail(iterator, wd, hard)
         if not saw_done and finish_reason is None:

@@ -538,3 +538,16 @@ async def test_429_then_503_over_http2(fake_h2: FakeCloudHandle) -> None:
         assert done.timings.http_version == "HTTP/2"
     finally:
         await bridge.aclose()
+
+
+async def test_slow_consumer_is_not_an_upstream_gap(fake: FakeCloudHandle) -> None:
+    bridge = CloudBridge(cloud(provider(fake, max_gap_s=0.2)))
+    try:
+        texts = []
+        async for item in bridge.stream_chat(BODY, request_id="slow-kiosk"):
+            if isinstance(item, ContentDelta):
+                texts.append(item.text)
+                await asyncio.sleep(0.3)  # the kiosk is slower than the gap limit
+        assert "".join(texts) == ANSWER
+    finally:
+        await bridge.aclose()
