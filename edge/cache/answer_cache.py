@@ -242,9 +242,19 @@ class AnswerCache:
         """Bump the operator's knowledge version at run time: every older answer stops matching."""
         self._knowledge = str(version)
 
+    @property
+    def semantic_enabled(self) -> bool:
+        """True when lookups may run the embedding model (milliseconds, not microseconds): the
+        caller may then prefer to run ``lookup`` in a worker thread."""
+        return self._semantic is not None
+
     def policy(self, req: ChatRequest) -> CachePolicy:
-        """What this request may do with the cache (headers, multi-turn, tools, temperature)."""
-        return decide_policy(req, self._config)
+        """What this request may do with the cache (headers, multi-turn, tools, temperature). Never raises."""
+        try:
+            return decide_policy(req, self._config)
+        except Exception as exc:  # an odd request shape must not fail the request: leave the cache alone
+            self._error("policy", exc)
+            return CachePolicy(False, False, float(self._config.default_ttl_s), "error")
 
     def key_parts(self, req: ChatRequest) -> KeyParts:
         return key_parts(req, self._fingerprint, self._knowledge)
