@@ -7,17 +7,21 @@ artifact's schema, length and hashes (the file the CDN will serve under its cont
 
 from __future__ import annotations
 
+import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tuf.api import exceptions as tuf_exc
 from tuf.api.metadata import Metadata, Targets
+from tuf.api.serialization.json import JSONSerializer
 from tuf.ngclient import Updater
 
 from models.fleet.bundle import ArtifactInfo, BundleError, ChannelManifest, manifest_path
 from models.fleet.repo import CHANNEL_PREFIX
 from models.fleet.transport import RepoFetcher
+
+_LOWER_HEX = re.compile(r"^[0-9a-f]*$")  # what our signers write; other spellings mean an edit
 
 
 @dataclass
@@ -52,6 +56,7 @@ def verify_published(directory: Path, trusted_root: Path | None = None) -> Verif
             report.fail(f"metadata: {type(exc).__name__}: {exc}")
             return report
         report.good("root, timestamp, snapshot, targets: signatures, thresholds, expiry, versions")
+        _check_exact_bytes(directory / "metadata", report)
         targets_files = sorted((directory / "metadata").glob("*.targets.json"),
                                key=lambda p: int(p.name.split(".")[0]))
         top = Metadata[Targets].from_bytes(targets_files[-1].read_bytes()).signed
@@ -77,6 +82,24 @@ def verify_published(directory: Path, trusted_root: Path | None = None) -> Verif
                 report.good(f"channel {channel}: {entry.bundle} v{entry.version} ({entry.hardware}), "
                             f"{len(entry.targets)} artifacts verified")
     return report
+
+
+def _check_exact_bytes(metadata_dir: Path, report: VerifyReport) -> None:
+    """Every metadata file must be byte-for-byte what ``fleet publish`` writes. Signatures only cover
+    the ``signed`` part and tolerate e.g. upper-case hex in a signature; a file changed on the server
+    in any way is still worth an alarm (a broken sync, a tampered mirror), so re-serialize and compare."""
+    serializer = JSONSerializer(compact=False)
+    for path in sorted(metadata_dir.glob("*.json")):
+        data = path.read_bytes()
+        try:
+            md = Metadata.from_bytes(data)
+            same = md.to_bytes(serializer) == data and all(
+                _LOWER_HEX.match(sig.signature) for sig in md.signatures.values()
+            )
+        except Exception:  # unparsable: the client checks above already failed or will
+            same = False
+        if not same:
+            report.fail(f"{path.name}: not byte-identical to what `fleet publish` writes (modified on the server?)")
 
 
 def _check_target(updater: Updater, path: str, version: int, report: VerifyReport) -> None:

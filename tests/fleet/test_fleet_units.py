@@ -121,3 +121,21 @@ def test_keys_encrypted_with_passphrase(tmp_path: Path, monkeypatch: pytest.Monk
     assert repo.targets().version == before  # nothing half-written
     monkeypatch.setenv(PASSPHRASE_ENV, "correct horse battery staple")
     repo.build(version=2, artifacts={"faq": [faq]})
+
+
+def test_verify_flags_any_edit_of_served_metadata(operator: Operator) -> None:
+    """Signatures tolerate some edits (upper-case hex in a signature verifies the same); an operator
+    still wants to know the served files were touched."""
+    import re
+
+    from models.fleet.verify import verify_published
+
+    operator.release(1)
+    assert verify_published(operator.public).ok
+    path = operator.public / "metadata" / "timestamp.json"
+    text = path.read_text()
+    sig = re.search(r'"sig": "([0-9a-f]+)"', text).group(1)
+    i = next(k for k, c in enumerate(sig) if c in "abcdef")
+    path.write_text(text.replace(sig, sig[:i] + sig[i].upper() + sig[i + 1:]))
+    report = verify_published(operator.public)
+    assert not report.ok and any("timestamp.json" in line and "FAIL" in line for line in report.lines)
