@@ -71,6 +71,7 @@ def _operations(gw: GatewayHandle) -> list[Any]:
     return ops
 
 
+@pytest.mark.slow
 def test_openapi_lists_every_public_endpoint(fuzz_gw: GatewayHandle) -> None:
     doc = httpx.get(fuzz_gw.base_url + "/openapi.json", timeout=10).json()
     paths = set(doc["paths"])
