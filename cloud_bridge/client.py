@@ -42,14 +42,14 @@ _REQUEST_ID_HEADERS = ("x-request-id", "request-id", "x-amzn-requestid", "x-dash
 _RETRYABLE_ERROR_WORDS = ("overload", "server_error", "rate_limit", "unavailable", "timeout", "internal")
 
 
-@dataclass
+@dataclass(slots=True)
 class ContentDelta:
     """One piece of assistant text, passed on to the kiosk as it arrives."""
 
     text: str
 
 
-@dataclass
+@dataclass(slots=True)
 class StreamDone:
     """The last item of a successful stream: how it ended and what it cost."""
 
@@ -641,8 +641,8 @@ class CloudBridge:
                 raise self._fail("too_large", f"stream larger than {cfg.max_response_bytes} bytes",
                                  retryable=False)
             for event in parser.feed(chunk):
-                data = event.data.strip()
-                if data == "[DONE]":
+                data = event.data
+                if data[:1] != "{" and data.strip() == "[DONE]":
                     saw_done = True
                     break
                 try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-@dataclass
+@dataclass(slots=True)
 class SSEEvent:
     data: str
     event: str = "message"
@@ -33,7 +33,9 @@ class SSEParser:
         if self._pending_cr and buf.startswith(b"\n"):
             buf = buf[1:]  # the LF of a CRLF split across reads
         self._pending_cr = False
-        if b"\r" not in buf:  # the common case (LF only): one C-level split instead of a find loop
+        if b"\r" not in buf:  # the common case (LF only): C-level splits instead of a find loop
+            if not self._data and not self._event and b"\n\n" in buf:
+                return self._feed_blocks(buf)
             lines = buf.split(b"\n")
             self._buf = lines.pop()
             for raw in lines:
@@ -62,6 +64,24 @@ class SSEParser:
                 events.append(event)
             start = nxt
         self._buf = buf[start:]
+        return events
+
+    def _feed_blocks(self, buf: bytes) -> list[SSEEvent]:
+        """Whole events at once; a block that is one ``data: `` line (what every LLM API sends)
+        becomes an event without the per-line state machine, anything else goes through it."""
+        events: list[SSEEvent] = []
+        *blocks, self._buf = buf.split(b"\n\n")
+        for block in blocks:
+            if block.startswith(b"data: ") and b"\n" not in block:
+                events.append(SSEEvent(block[6:].decode("utf-8", errors="replace"), "message", self._id))
+                continue
+            for raw in block.split(b"\n"):
+                event = self._line(raw.decode("utf-8", errors="replace"))
+                if event is not None:
+                    events.append(event)
+            event = self._dispatch()
+            if event is not None:
+                events.append(event)
         return events
 
     def _line(self, line: str) -> SSEEvent | None:
