@@ -127,6 +127,8 @@ require_root() {
 }
 
 main() {
+  # Root may run with a strict umask; the service user must still read the venv and the model.
+  umask 022
   parse_args "$@"
   require_root "$@"
   [ "$DRY_RUN" = 1 ] && say "DRY RUN: printing every step; nothing will be changed."
