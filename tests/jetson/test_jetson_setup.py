@@ -380,3 +380,15 @@ def test_l4t_from_dpkg_when_the_release_file_is_missing(make_board) -> None:
     assert "L4T:       36.4.3 (JetPack 6.2)" in proc.stdout
     assert ["--showformat=${Version}", "--show", "nvidia-l4t-core"] in calls_of(board, "dpkg-query")
     assert "swap left alone (--no-swap)" in proc.stdout and "fallocate" not in proc.stdout
+
+
+def test_another_pinned_model_and_context(make_board) -> None:
+    board = make_board("jp6-8gb")
+
+    chosen = board.run("--dry-run", "--model", "qwen2.5-7b-instruct-q3_k_m", "--n-ctx", "2048")
+    unknown = board.run("--dry-run", "--model", "llama-70b")
+
+    assert chosen.returncode == 0, chosen.stderr
+    assert "qwen2.5-7b-instruct-q3_k_m (Q3_K_M, ~3810 MB)" in chosen.stdout
+    assert "n_ctx=2048" in chosen.stdout and "Qwen2.5-7B-Instruct-Q3_K_M.gguf" in chosen.stdout
+    assert unknown.returncode == 2 and "unknown model 'llama-70b'" in unknown.stderr
