@@ -5,13 +5,58 @@ The matrix goes to the terminal summary (no ``-s`` needed) and to ``bench/result
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from reliability.support import MATRIX_KEY, PROC_SECRETS, RESULTS, cloud_section, render_matrix
+from reliability.support import MATRIX_KEY, PROC_SECRETS, RESULTS, SUITE_SECRETS, cloud_section, render_matrix
 
 from bench.fake_cloud import FakeCloudHandle, run_fake_cloud_in_thread
+
+# --------------------------------------------------------------------------- the suite's own logs
+
+
+class _Collect(logging.Handler):
+    """Keeps every log line of the in-process gateways (bounded), formatted as the gateway does."""
+
+    def __init__(self, limit_bytes: int = 32 * 1024 * 1024) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+        self.size, self.limit = 0, limit_bytes
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.size > self.limit:
+            return
+        try:
+            line = self.format(record)
+        except Exception:
+            line = record.getMessage()
+        self.lines.append(line)
+        self.size += len(line)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def suite_log_audit() -> Iterator[_Collect]:
+    """Every log record of this suite's in-process gateways, at INFO and above, is searched at the end
+    for the secrets the tests configured (the subprocess gateway's log is audited in test_access.py)."""
+    from edge.logs import JsonFormatter
+
+    handler = _Collect()
+    handler.setFormatter(JsonFormatter())
+    root = logging.getLogger()
+    old_level = root.level
+    root.addHandler(handler)
+    root.setLevel(min(old_level or logging.INFO, logging.INFO))
+    try:
+        yield handler
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(old_level)
+    text = "\n".join(handler.lines)
+    leaked = [s[:6] + "..." for s in SUITE_SECRETS if s and s in text]
+    assert not leaked, f"secrets found in the suite's logs: {leaked}"
+
 
 # --------------------------------------------------------------------------- fake clouds
 

@@ -27,6 +27,13 @@ PROC_SECRETS = {
     "cloud_key": "sk-test-" + secrets.token_hex(20),
     "prompt_marker": "zebra" + secrets.token_hex(6) + "marker",
 }
+# Every secret a test of this suite gives a gateway; the session log audit (conftest) greps for them.
+SUITE_SECRETS: set[str] = set(PROC_SECRETS.values())
+
+
+def register_secret(value: str) -> str:
+    SUITE_SECRETS.add(value)
+    return value
 
 # Short deadlines: every cell must end within these (see ``cloud_bound_s``), never the fake's hang.
 FAST_PROVIDER: dict[str, Any] = {

@@ -28,11 +28,11 @@ from typing import Any
 
 import httpx
 import pytest
-from reliability.support import PROC_SECRETS
+from reliability.support import PROC_SECRETS, register_secret
 
 from harness import GatewayHandle, make_settings, run_gateway
 
-TOKEN = "access-test-token-" + "5f2b9d0c7e1a"
+TOKEN = register_secret("access-test-token-" + "5f2b9d0c7e1a")
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -30,7 +30,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.errors import Unsatisfiable
 from reliability.kiosk import check_error_shape
-from reliability.support import cloud_section
+from reliability.support import cloud_section, register_secret
 
 from cloud_bridge.sse import SSEParser
 from edge.cache.keys import normalize_text
@@ -39,7 +39,7 @@ from models.fleet.bundle import ArtifactInfo, BundleError, ChannelManifest
 
 API_EXAMPLES = int(os.environ.get("EDGECLOUD_FUZZ_EXAMPLES", "25"))
 PROPERTY_EXAMPLES = int(os.environ.get("EDGECLOUD_FUZZ_PROPERTY_EXAMPLES", "100"))
-ADMIN_TOKEN = "fuzz-admin-token-" + "0123456789abcdef"
+ADMIN_TOKEN = register_secret("fuzz-admin-token-" + "0123456789abcdef")
 PROPS = settings(max_examples=PROPERTY_EXAMPLES, deadline=None, database=None,
                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
