@@ -373,7 +373,7 @@ class AnswerCache:
         if self._semantic is not None:
             from edge.cache.semantic import pack_vector
 
-            keys = list(rows)
+            keys = list(rows)[: self._semantic.max_entries]  # the index holds no more than this anyway
             for key, vector in zip(keys, self._semantic.embedder.embed([rows[k]["q"] for k in keys]), strict=True):
                 rows[key]["e"] = pack_vector(vector)
                 vectors[key] = vector
@@ -393,8 +393,8 @@ class AnswerCache:
         if self._semantic is not None:
             for key in stale:
                 self._semantic.remove(FAQ_CONTEXT, key)
-            for key, row in rows.items():
-                self._semantic.add(FAQ_CONTEXT, key, row["q"], vectors.get(key))
+            for key, vector in vectors.items():
+                self._semantic.add(FAQ_CONTEXT, key, rows[key]["q"], vector)
         log.info("loaded %d FAQ entries (%d phrasings) from %s", len(entries), len(rows), source)
         self._count("faq_loads")
         return len(entries)

@@ -68,10 +68,12 @@ class Embedder:
         ids = self._tokenizer.encode(text)[1:-1]
         return sum(i == self._tokenizer.unk for i in ids) / len(ids) if ids else 0.0
 
-    def embed(self, texts: list[str]) -> np.ndarray:
-        """``(len(texts), 384)`` float32 unit vectors."""
+    def embed(self, texts: list[str], batch: int = 32) -> np.ndarray:
+        """``(len(texts), 384)`` float32 unit vectors, computed ``batch`` texts at a time."""
         if not texts:
             return np.zeros((0, DIMENSIONS), dtype=np.float32)
+        if len(texts) > batch:
+            return np.concatenate([self.embed(texts[i:i + batch], batch) for i in range(0, len(texts), batch)])
         encoded = [self._tokenizer.encode(text) for text in texts]
         width = max(len(ids) for ids in encoded)
         ids = np.zeros((len(encoded), width), dtype=np.int64)
