@@ -110,8 +110,14 @@ def test_token_compared_in_constant_time() -> None:
 # --------------------------------------------------------------------------- bind and config
 
 
+def _edgecloud() -> list[str]:
+    """The installed console script (what an operator runs), else the same entry point via -m."""
+    script = Path(sys.executable).with_name("edgecloud")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "edge.cli"]
+
+
 def _print_config(env: dict[str, str]) -> dict[str, Any]:
-    out = subprocess.run([sys.executable, "-m", "edge.cli", "serve", "--print-config"], capture_output=True,
+    out = subprocess.run([*_edgecloud(), "serve", "--print-config"], capture_output=True,
                          text=True, timeout=60, cwd=ROOT, env=env, check=True)
     return json.loads(out.stdout)
 
@@ -128,7 +134,7 @@ def test_default_bind_is_loopback_and_secrets_are_masked(tmp_path: Path) -> None
     key, token = "sk-print-" + "a1b2c3d4e5f6a7b8", "tok-print-" + "0f9e8d7c6b5a"
     env = {**base, "EDGECLOUD_CLOUD_BASE_URL": "http://127.0.0.1:9/v1", "EDGECLOUD_CLOUD_API_KEY": key,
            "EDGECLOUD_SERVER_ADMIN_TOKEN": token}
-    out = subprocess.run([sys.executable, "-m", "edge.cli", "serve", "--print-config"], capture_output=True,
+    out = subprocess.run([*_edgecloud(), "serve", "--print-config"], capture_output=True,
                          text=True, timeout=60, cwd=ROOT, env=env, check=True)
     assert key not in out.stdout + out.stderr and token not in out.stdout + out.stderr
     shown = json.loads(out.stdout)
