@@ -21,12 +21,14 @@ import time
 import uuid
 from collections import Counter
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from cloud_bridge.client import CallRecord, CloudBridge, ContentDelta, StreamDone
 from cloud_bridge.config import CloudConfig, ProviderConfig
 from cloud_bridge.errors import CloudError
 from cloud_bridge.redact import Redactor, safe_url
+
+if TYPE_CHECKING:  # the client (httpx, h2) is imported when the command runs, not when the CLI is built
+    from cloud_bridge.client import CallRecord, CloudBridge, StreamDone
 
 PHASES = ("dns", "connect", "tls", "request_sent", "first_byte", "first_token", "last_token", "total")
 PHASE_LABELS = {
@@ -150,6 +152,8 @@ def findings(report: ProviderReport) -> list[str]:
 async def _one_call(
     bridge: CloudBridge, body: dict[str, Any], records: list[CallRecord]
 ) -> tuple[StreamDone | None, CloudError | None]:
+    from cloud_bridge.client import ContentDelta
+
     done: StreamDone | None = None
     try:
         async for item in bridge.stream_chat(body, request_id=f"diagnose-{uuid.uuid4().hex[:12]}"):
@@ -170,6 +174,8 @@ async def diagnose_provider(
     interval_s: float = 0.0,
 ) -> ProviderReport:
     """Run ``samples`` sequential calls to one provider and summarise them."""
+    from cloud_bridge.client import CloudBridge
+
     measured = prov.model_copy(update={
         "max_retries": 0,
         "breaker_consecutive_failures": 10**9,
