@@ -44,7 +44,7 @@ class TrainConfig:
 
     seed: int = 13
     c: float = 4.0
-    augment_copies: int = 1
+    augment_copies: int = 2
     kiosk_weight: float = 12.0
     folds: int = 5
     target_complex_recall: float = 0.985  # for the label itself, chosen on out-of-fold predictions
@@ -189,7 +189,9 @@ def _fit(design: _Design, row_idx: np.ndarray, tc: TrainConfig) -> tuple[np.ndar
     for cls in (0, 1):
         sel = y == cls
         w[sel] *= w.sum() / (2.0 * w[sel].sum())
-    model = LogisticRegression(C=tc.c, solver="liblinear", random_state=tc.seed, max_iter=1000)
+    # Dual coordinate descent: far fewer rows than hash slots, so it is ~100x faster than the primal
+    # solver here and reaches the same optimum.
+    model = LogisticRegression(C=tc.c, solver="liblinear", dual=True, random_state=tc.seed, max_iter=1000)
     model.fit(design.x[mask], y, sample_weight=w)
     return model.coef_[0].astype(np.float32), float(model.intercept_[0])
 
@@ -372,7 +374,7 @@ def train_intent(
         "features": fc.to_dict(),
         "model": {
             "type": "logistic_regression",
-            "solver": "liblinear",
+            "solver": "liblinear (dual)",
             "C": tc.c,
             "seed": tc.seed,
             "augment_copies": tc.augment_copies,

@@ -1,0 +1,1 @@
+"""The default intent model shipped with the package (intent.onnx + card.json), so a fresh install routes."""

@@ -1,0 +1,113 @@
+"""train-intent: reproducible, dev split never trained on, multi-turn rows left out, source hold-out."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from models import cli as models_cli
+from models.intent import dataset as ds
+from models.intent.runtime import IntentClassifier
+
+DATA = Path(__file__).resolve().parents[2] / "models" / "intent" / "data"
+
+
+def _run(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser()
+    models_cli.register(parser.add_subparsers())
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+@pytest.fixture(scope="module")
+def sample(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small training file from the hand-written kiosk data, plus a multi-turn row and a duplicate."""
+    rows = []
+    for name in ("kiosk_en.jsonl", "kiosk_zh.jsonl"):
+        lines = (DATA / name).read_text(encoding="utf-8").splitlines()
+        rows += random.Random(0).sample(lines, 60)
+    rows.append(json.dumps({"text": "I need a rental car", "lang": "en", "label": "cloud", "category": "x",
+                            "source": "sgd", "messages": [{"role": "user", "content": "I need a rental car"},
+                                                          {"role": "assistant", "content": "Where?"}]}))
+    rows.append(rows[0])
+    path = tmp_path_factory.mktemp("sample") / "sample.jsonl"
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.mark.slow
+def test_same_seed_same_bytes(sample: Path, tmp_path: Path) -> None:
+    outs = [tmp_path / "a", tmp_path / "b", tmp_path / "c"]
+    for out, seed in zip(outs, ("7", "7", "8"), strict=True):
+        assert _run(["models", "train-intent", "--data", str(sample), "--out", str(out), "--seed", seed,
+                     "--no-source-holdout"]) == 0
+    a, _b, c = (json.loads((o / "card.json").read_text()) for o in outs)
+    assert (outs[0] / "intent.onnx").read_bytes() == (outs[1] / "intent.onnx").read_bytes()
+    assert (outs[0] / "card.json").read_bytes() == (outs[1] / "card.json").read_bytes()
+    assert a["training_data"]["sha256"] == c["training_data"]["sha256"]  # same rows...
+    assert (outs[0] / "intent.onnx").read_bytes() != (outs[2] / "intent.onnx").read_bytes()  # ...other seed
+    assert a["model"]["onnx_sha256"] == hashlib.sha256((outs[0] / "intent.onnx").read_bytes()).hexdigest()
+
+    # the digest covers exactly the non-dev rows; the multi-turn row and the duplicate are left out
+    rows, report = ds.load_rows([sample])
+    assert report.skipped_multi_turn == 1 and report.skipped_duplicates == 1
+    train = [r for r in rows if not ds.is_dev(r.text)]
+    assert a["training_data"]["rows"] == len(train) < len(rows)
+    assert a["training_data"]["sha256"] == ds.digest(train)
+    assert a["metrics"]["dev"]["n"] == len(rows) - len(train)
+
+    clf = IntentClassifier.load(outs[0])
+    assert clf.version == a["version"]
+    assert clf.classify("prove that sqrt(2) is irrational").label in {"simple", "complex"}
+
+
+def test_dev_split_is_a_function_of_the_text() -> None:
+    assert ds.is_dev("Where is the ATM?") == ds.is_dev("where is the atm")
+    texts = [f"question number {i}" for i in range(2000)]
+    share = sum(ds.is_dev(t) for t in texts) / len(texts)
+    assert 0.12 < share < 0.18
+
+
+def test_directories_skip_test_files() -> None:
+    names = [p.name for p in ds.expand_paths([DATA])]
+    assert "kiosk_test.jsonl" not in names and "kiosk_en.jsonl" in names
+    assert "kiosk_test.jsonl" in [p.name for p in ds.expand_paths([DATA], include_test_files=True)]
+
+
+def test_kiosk_test_set_never_overlaps_training_data() -> None:
+    train_rows, _ = ds.load_rows(ds.expand_paths([DATA]))
+    test_rows, _ = ds.load_rows([DATA / "kiosk_test.jsonl"])
+    train_keys = {ds.text_key(r.text) for r in train_rows}
+    assert not [r.text for r in test_rows if ds.text_key(r.text) in train_keys]
+    assert {r.lang for r in test_rows} >= {"en", "zh"}
+    assert {r.label for r in test_rows} == {"simple", "complex"}
+
+
+def test_missing_data_is_a_clean_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert _run(["models", "train-intent", "--data", str(tmp_path / "nope.jsonl"), "--out", str(tmp_path)]) == 2
+    assert "no such data file" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_source_holdout_on_shared_data(shared_routing: Path, tmp_path: Path) -> None:
+    """Leave-one-source-out on a sample of the shared data: reported per source in the card."""
+    rows = []
+    for name in ("clinc150.jsonl", "gsm8k.jsonl", "cmrc2018.jsonl", "cmath.jsonl", "sgd.jsonl"):
+        lines = (shared_routing / name).read_text(encoding="utf-8").splitlines()
+        rows += random.Random(1).sample(lines, 40)
+    path = tmp_path / "shared_sample.jsonl"
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    out = tmp_path / "model"
+    assert _run(["models", "train-intent", "--data", str(path), str(DATA / "kiosk_zh.jsonl"),
+                 "--out", str(out)]) == 0
+    card = json.loads((out / "card.json").read_text())
+    holdout = card["metrics"]["source_holdout"]
+    assert set(holdout) == {"clinc150", "gsm8k", "cmrc2018", "cmath"}  # sgd is all multi-turn: skipped
+    assert card["training_data"]["skipped_multi_turn"] == 40
+    for result in holdout.values():
+        assert 0.0 <= result["accuracy"] <= 1.0 and result["n"] > 0
