@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import math
 import random
@@ -30,35 +29,15 @@ from cloud_bridge.breaker import CircuitBreaker
 from cloud_bridge.config import CloudConfig, ProviderConfig
 from cloud_bridge.deadline import DeadlineExceeded, Watchdog
 from cloud_bridge.errors import BREAKER_KINDS, CloudError
+from cloud_bridge.events import ContentDelta, StreamDone
 from cloud_bridge.redact import RedactingFilter, Redactor, safe_url
-from cloud_bridge.retry import RetryBudget, full_jitter_backoff, parse_retry_after
-from cloud_bridge.sse import SSEParser
+from cloud_bridge.retry import RetryBudget, full_jitter_backoff
 from cloud_bridge.timings import CallTimings, DnsCache, PhaseTrace
+from cloud_bridge.upstream import ResponseReader
 
 log = logging.getLogger("cloud_bridge")
 
-_ERROR_BODY_LIMIT = 64 * 1024
 _REQUEST_ID_HEADERS = ("x-request-id", "request-id", "x-amzn-requestid", "x-dashscope-request-id", "trace-id")
-_RETRYABLE_ERROR_WORDS = ("overload", "server_error", "rate_limit", "unavailable", "timeout", "internal")
-
-
-@dataclass(slots=True)
-class ContentDelta:
-    """One piece of assistant text, passed on to the kiosk as it arrives."""
-
-    text: str
-
-
-@dataclass(slots=True)
-class StreamDone:
-    """The last item of a successful stream: how it ended and what it cost."""
-
-    finish_reason: str
-    usage: dict[str, Any] | None
-    provider: str
-    model: str
-    upstream_request_id: str | None
-    timings: CallTimings
 
 
 @dataclass
@@ -450,6 +429,7 @@ class CloudBridge:
         )
 
         wd = Watchdog()
+        reader = ResponseReader(cfg, self._redact, trace, wd)
         limit, kind = (ttft_deadline, "timeout_ttft") if ttft_deadline <= hard else (hard, "timeout_total")
         wd.set(limit, kind)
         response: httpx.Response | None = None
@@ -465,22 +445,22 @@ class CloudBridge:
             )
             stage = "reading the response"
             if response.status_code != 200:
-                raise await self._status_error(response, wd, cfg)
+                raise await reader.status_error(response)
             if not cfg.stream:
                 async with contextlib.aclosing(
-                    self._read_json(prov, response, trace, wd, upstream_id, payload["model"])
+                    reader.read_json(response, upstream_id, payload["model"])
                 ) as whole:
                     async for item in whole:
                         yield item
                 return
             stage = "streaming"
-            async with contextlib.aclosing(self._read_sse(
-                prov, response, trace, wd, ttft_deadline, hard, upstream_id, payload["model"]
+            async with contextlib.aclosing(reader.read_sse(
+                response, ttft_deadline, hard, upstream_id, payload["model"]
             )) as events:
                 async for item in events:
                     yield item
         except DeadlineExceeded as exc:
-            raise self._timeout(exc.kind, cfg, stage) from None
+            raise reader.timeout(exc.kind, stage) from None
         except httpx.ConnectTimeout as exc:
             raise self._fail("timeout_connect", f"connect to {safe_url(cfg.base_url)} timed out") from exc
         except httpx.PoolTimeout as exc:
@@ -501,209 +481,6 @@ class CloudBridge:
             wd.close()
             if response is not None:
                 await response.aclose()
-
-    def _timeout(self, kind: str, cfg: ProviderConfig, what: str) -> CloudError:
-        budget = {
-            "timeout_ttft": f"time-to-first-token limit {cfg.ttft_timeout_s:g}s",
-            "timeout_gap": f"inter-token gap limit {cfg.max_gap_s:g}s",
-            "timeout_total": "total deadline",
-        }[kind]
-        return self._fail(kind, f"provider {cfg.name} exceeded the {budget} while {what}", status=None)
-
-    async def _read_limited(self, response: httpx.Response, limit_bytes: int, wd: Watchdog) -> bytes | None:
-        """Up to ``limit_bytes`` of the body under the watchdog's deadline; None when it is larger."""
-        chunks: list[bytes] = []
-        size = 0
-        iterator = response.aiter_bytes()
-        while True:
-            try:
-                chunk = await wd.wait(iterator.__anext__())
-            except StopAsyncIteration:
-                return b"".join(chunks)
-            size += len(chunk)
-            if size > limit_bytes:
-                return None
-            chunks.append(chunk)
-
-    async def _status_error(self, response: httpx.Response, wd: Watchdog, cfg: ProviderConfig) -> CloudError:
-        status = response.status_code
-        retry_after = parse_retry_after(response.headers)
-        message = f"provider {cfg.name} answered HTTP {status}"
-        try:
-            raw = await self._read_limited(response, _ERROR_BODY_LIMIT, wd)
-        except (DeadlineExceeded, httpx.HTTPError):
-            raw = b""  # the status alone is enough to act on
-        if raw:
-            detail = _error_message(raw)
-            if detail:
-                message += f": {detail}"
-        if status == 429:
-            err_kind, retryable = "rate_limited", True
-        elif status >= 500:
-            err_kind, retryable = "server_error", status in cfg.retry_statuses
-        elif status in (401, 403):
-            err_kind, retryable = "auth", False
-        elif status == 413:
-            err_kind, retryable = "too_large", False
-        else:
-            err_kind, retryable = "upstream_error", status in cfg.retry_statuses
-        return self._fail(err_kind, message, status=status, retry_after_s=retry_after, retryable=retryable)
-
-    async def _read_json(
-        self,
-        prov: _Provider,
-        response: httpx.Response,
-        trace: PhaseTrace,
-        wd: Watchdog,
-        upstream_id: str | None,
-        requested_model: str,
-    ) -> AsyncIterator[ContentDelta | StreamDone]:
-        cfg = prov.cfg
-        raw = await self._read_limited(response, cfg.max_response_bytes, wd)
-        if raw is None:
-            message = f"response larger than {cfg.max_response_bytes} bytes"
-            raise self._fail("too_large", message, retryable=False)
-        try:
-            data = json.loads(raw)
-        except ValueError:
-            raise self._fail("bad_response", "response is not JSON", status=200) from None
-        if not isinstance(data, dict):
-            raise self._fail("bad_response", "response is not a JSON object", status=200)
-        if "error" in data:
-            raise self._upstream_error(data["error"])
-        try:
-            choice = data["choices"][0]
-            text = choice.get("message", {}).get("content") or ""
-            finish = choice.get("finish_reason") or "stop"
-        except (KeyError, IndexError, TypeError, AttributeError):
-            raise self._fail("bad_response", "response has no choices", status=200) from None
-        now_ms = trace.ms()
-        trace.timings.first_token_ms = trace.timings.last_token_ms = now_ms
-        if text:
-            yield ContentDelta(text)
-        yield StreamDone(
-            finish_reason=finish, usage=data.get("usage"), provider=cfg.name,
-            model=data.get("model") or requested_model,
-            upstream_request_id=upstream_id or data.get("id"), timings=trace.timings,
-        )
-
-    def _upstream_error(self, obj: Any) -> CloudError:
-        """An error object inside a 200 answer; retryable when it says overload/server error."""
-        if isinstance(obj, dict):
-            message = str(obj.get("message") or "upstream error")
-            words = f"{obj.get('type', '')} {obj.get('code', '')}".lower()
-        else:
-            message, words = str(obj), ""
-        retryable = any(w in words for w in _RETRYABLE_ERROR_WORDS)
-        return self._fail("upstream_error", f"upstream error in stream: {message}", status=200,
-                          retryable=retryable)
-
-    async def _read_sse(
-        self,
-        prov: _Provider,
-        response: httpx.Response,
-        trace: PhaseTrace,
-        wd: Watchdog,
-        ttft_deadline: float,
-        hard: float,
-        upstream_id: str | None,
-        requested_model: str,
-    ) -> AsyncIterator[ContentDelta | StreamDone]:
-        cfg = prov.cfg
-        timings = trace.timings
-        parser = SSEParser()
-        received = 0
-        got_token = False
-        last_token = 0.0
-        finish_reason: str | None = None
-        usage: dict[str, Any] | None = None
-        model = requested_model
-        saw_done = False
-        first_event = True
-        encoded = response.headers.get("content-encoding", "identity").lower() not in ("", "identity")
-        iterator = response.aiter_bytes() if encoded else response.aiter_raw()
-        while not saw_done:
-            phase, kind = (last_token + cfg.max_gap_s, "timeout_gap") if got_token else (
-                ttft_deadline, "timeout_ttft"
-            )
-            limit = phase
-            if hard < phase:
-                limit, kind = hard, "timeout_total"
-            wd.set(limit, kind)
-            try:
-                chunk: bytes | None = await wd.wait(iterator.__anext__())
-            except StopAsyncIteration:
-                chunk = None
-            if chunk is None:
-                break
-            received += len(chunk)
-            if received > cfg.max_response_bytes:
-                raise self._fail("too_large", f"stream larger than {cfg.max_response_bytes} bytes",
-                                 retryable=False)
-            for event in parser.feed(chunk):
-                data = event.data
-                if data[:1] != "{" and data.strip() == "[DONE]":
-                    saw_done = True
-                    break
-                try:
-                    obj = json.loads(data)
-                except ValueError:
-                    raise self._fail("bad_response", "malformed SSE event (not JSON)", status=200) from None
-                if not isinstance(obj, dict):
-                    raise self._fail("bad_response", "malformed SSE event (not an object)", status=200)
-                if event.event == "error" or "error" in obj:
-                    raise self._upstream_error(obj.get("error", obj))
-                if first_event:  # id and model are the same in every chunk: read them once
-                    first_event = False
-                    if upstream_id is None and isinstance(obj.get("id"), str):
-                        upstream_id = obj["id"]
-                    if isinstance(obj.get("model"), str) and obj["model"]:
-                        model = obj["model"]
-                chunk_usage = obj.get("usage")
-                if chunk_usage and isinstance(chunk_usage, dict):
-                    usage = chunk_usage
-                for choice in obj.get("choices") or ():
-                    if not isinstance(choice, dict):
-                        continue
-                    delta = choice.get("delta") or {}
-                    text = delta.get("content") if isinstance(delta, dict) else None
-                    if choice.get("finish_reason"):
-                        finish_reason = choice["finish_reason"]
-                    if text:
-                        now = time.perf_counter()
-                        if not got_token:
-                            timings.first_token_ms = trace.ms(now)
-                            got_token = True
-                        timings.last_token_ms = trace.ms(now)
-                        last_token = now
-                        yield ContentDelta(text)
-                        # Time the caller spent before asking for more is not upstream silence.
-                        last_token = time.perf_counter()
-        if saw_done:
-            await self._drain_tail(iterator, wd, hard)
-        if not saw_done and finish_reason is None:
-            raise self._fail("connect", "the upstream stream ended before it finished", status=200)
-        if not saw_done and parser.pending_bytes:
-            raise self._fail("bad_response", "the upstream stream ended inside an event", status=200)
-        yield StreamDone(
-            finish_reason=finish_reason or "stop", usage=usage, provider=cfg.name, model=model,
-            upstream_request_id=upstream_id, timings=timings,
-        )
-
-    @staticmethod
-    async def _drain_tail(iterator: AsyncIterator[bytes], wd: Watchdog, hard: float) -> None:
-        """Read what follows ``[DONE]`` (the chunked terminator) so the connection returns to the pool.
-
-        Closing an HTTP/1.1 response with unread body makes httpcore drop the connection, and the
-        next escalation would pay a new handshake.
-        """
-        wd.set(min(hard, time.perf_counter() + 0.5), "timeout_total")
-        with contextlib.suppress(httpx.HTTPError, DeadlineExceeded):
-            while True:
-                try:
-                    await wd.wait(iterator.__anext__())
-                except StopAsyncIteration:
-                    return
 
     # ----------------------------------------------------------------- warm connections
     async def _probe(self, prov: _Provider) -> None:
@@ -734,16 +511,3 @@ class CloudBridge:
                 if now - prov.last_used >= prov.cfg.keep_warm_interval_s:
                     await self._probe(prov)
 
-
-def _error_message(raw: bytes) -> str:
-    """The ``error.message`` of an OpenAI-style error body, else a short excerpt of the text."""
-    try:
-        data = json.loads(raw)
-    except ValueError:
-        return raw[:200].decode("utf-8", errors="replace").strip()
-    if isinstance(data, dict):
-        err = data.get("error", data)
-        if isinstance(err, dict):
-            return str(err.get("message") or err.get("detail") or "")[:500]
-        return str(err)[:500]
-    return ""
