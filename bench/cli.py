@@ -19,7 +19,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     k.add_argument("--quick", action="store_true", help="CI smoke run: under 2 minutes, cloud delays x0.2")
     k.add_argument("--concurrency", type=int, default=None, help="simulated kiosks at once, 1-64 (default 8)")
     k.add_argument("--duration", type=float, default=None,
-                   help="seconds per strategy the traffic is sized for (default 90; hard cap 3x)")
+                   help="seconds per strategy the traffic is sized for (default 75)")
+    k.add_argument("--cap", type=float, default=None,
+                   help="hard time cap per strategy, s (default max(2.5 x duration, duration + 60))")
     k.add_argument("--sessions", type=int, default=None, help="number of sessions (overrides --duration)")
     k.add_argument("--faq-share", type=float, default=None, help="share of FAQ repeats (default 0.3)")
     k.add_argument("--zh-share", type=float, default=None, help="share of Chinese questions (default 0.35)")
@@ -30,6 +32,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     k.add_argument("--strategies", default=None,
                    help="comma-separated subset of all-cloud,all-edge,routed,hybrid (default all)")
     k.add_argument("--no-hedge", action="store_true", help="turn the router's hedging off")
+    k.add_argument("--intent-model-dir", type=Path, default=None,
+                   help="intent classifier folder (intent.onnx + card.json); default: the shipped one")
     k.add_argument("--ttft-p50", type=float, default=None, help="fake cloud TTFT median, s (default 1.5)")
     k.add_argument("--ttft-p99", type=float, default=None, help="fake cloud TTFT P99, s (default 4)")
     k.add_argument("--tokens-per-s", type=float, default=None, help="fake cloud decode rate (default 50)")
@@ -57,7 +61,8 @@ def run_kiosk(args: argparse.Namespace) -> int:
     from bench.kiosk import KioskOptions, run_kiosk_benchmark
 
     overrides = {
-        "concurrency": args.concurrency, "duration_s": args.duration, "sessions": args.sessions,
+        "concurrency": args.concurrency, "duration_s": args.duration, "cap_s": args.cap,
+        "intent_model_dir": args.intent_model_dir, "sessions": args.sessions,
         "faq_share": args.faq_share, "zh_share": args.zh_share, "think_mean_s": args.think_time,
         "max_tokens": args.max_tokens, "seed": args.seed, "ttft_p50_s": args.ttft_p50,
         "ttft_p99_s": args.ttft_p99, "tokens_per_s": args.tokens_per_s, "peak_429_share": args.peak_429_share,

@@ -55,7 +55,8 @@ class KioskOptions:
 
     quick: bool = False
     concurrency: int = 8
-    duration_s: float = 90.0  # per strategy, used to size the traffic (and 3x as a hard cap)
+    duration_s: float = 75.0  # per strategy, used to size the traffic
+    cap_s: float | None = None  # hard cap per strategy; None: max(2.5 x duration, duration + 60)
     sessions: int | None = None  # None: sized from duration_s
     faq_share: float = 0.30
     zh_share: float = 0.35
@@ -65,6 +66,7 @@ class KioskOptions:
     temperature: float = 0.2
     strategies: list[str] = field(default_factory=lambda: [s.name for s in STRATEGIES])
     hedge: bool = True
+    intent_model_dir: Path | None = None  # None: the classifier shipped in the package
     # Fake cloud latency model (bench.fake_cloud): the issue's defaults.
     ttft_p50_s: float = 1.5
     ttft_p99_s: float = 4.0
@@ -108,7 +110,14 @@ class KioskOptions:
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["out_dir"] = str(self.out_dir)
+        data["intent_model_dir"] = str(self.intent_model_dir) if self.intent_model_dir else None
         return data
+
+    def strategy_cap_s(self) -> float:
+        """No strategy may run longer than this: an overloaded all-edge run is cut, and says so."""
+        if self.cap_s is not None:
+            return self.cap_s
+        return 60.0 if self.quick else max(2.5 * self.duration_s, self.duration_s + 60)
 
 
 def machine_facts() -> dict[str, Any]:
@@ -187,7 +196,7 @@ def run_kiosk_benchmark(options: KioskOptions, log: Any = print) -> dict[str, An
     strategies = [s for s in STRATEGIES if s.name in options.strategies]
     settings = RequestSettings(max_tokens=options.max_tokens, temperature=options.temperature)
     prices = Prices(options.price_input_per_mtok, options.price_output_per_mtok)
-    cap_s = max(3 * options.duration_s, options.duration_s + 60) if not options.quick else 60.0
+    cap_s = options.strategy_cap_s()
 
     data_dir = Path(tempfile.mkdtemp(prefix="edgecloud-kiosk-bench-"))
     cloud: CloudProcess | None = None
@@ -199,6 +208,7 @@ def run_kiosk_benchmark(options: KioskOptions, log: Any = print) -> dict[str, An
         cloud = start_cloud_process(options.cloud_config())
         gw_options = GatewayOptions(
             cloud_base_url=cloud.base_url, data_dir=data_dir, hedge=options.hedge,
+            intent_model_dir=options.intent_model_dir,
             price_input_per_mtok=options.price_input_per_mtok,
             price_output_per_mtok=options.price_output_per_mtok,
         )
@@ -233,6 +243,7 @@ def run_kiosk_benchmark(options: KioskOptions, log: Any = print) -> dict[str, An
         "config": {**options.as_dict(), "traffic": traffic_cfg.as_dict(),
                    "cloud": asdict(options.cloud_config()),
                    "gateway": {"hedge": gw_options.hedge, "edge_max_queue": gw_options.edge_max_queue,
+                               "intent_model_dir": str(gw_options.intent_model_dir or "shipped"),
                                "cloud_max_connections": gw_options.cloud_max_connections,
                                "faq_paths": [str(p) for p in gw_options.faq_paths]},
                    "request": asdict(settings),

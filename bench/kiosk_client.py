@@ -128,11 +128,11 @@ async def run_kiosk(
 ) -> bool:
     """Play this kiosk's sessions in order; returns False if the time cap cut it short."""
     for session in sessions:
-        if time.perf_counter() >= stop_at:
-            return False
         history: list[dict[str, str]] = []
         for n, turn in enumerate(session.turns):
             await asyncio.sleep(turn.think_s)
+            if time.perf_counter() >= stop_at:
+                return False
             if not turn.followup:
                 history = []
             messages = [*history, {"role": "user", "content": turn.text}]

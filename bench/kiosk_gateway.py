@@ -68,6 +68,7 @@ class GatewayOptions:
     data_dir: Path
     faq_paths: list[Path] = field(default_factory=lambda: [DEFAULT_FAQ])
     hedge: bool = True
+    intent_model_dir: Path | None = None  # None: the classifier shipped in the package
     # The kiosk fleet's pool to the cloud: large enough that 64 kiosks never queue for a connection.
     cloud_max_connections: int = 128
     edge_max_queue: int = 8
@@ -84,7 +85,8 @@ class GatewayOptions:
         return {
             "server": {"host": "127.0.0.1", "data_dir": str(self.data_dir), "admin_token": admin_token},
             "edge": edge,
-            "router": {"hedge": self.hedge},
+            "router": {"hedge": self.hedge,
+                       **({"intent_model_dir": str(self.intent_model_dir)} if self.intent_model_dir else {})},
             "cache": {"enabled": True, "faq_paths": [str(p) for p in self.faq_paths]},
             "logging": {"level": self.log_level, "json_logs": True},
             "cloud": {"warmup": True, "providers": [{

@@ -54,6 +54,8 @@ def format_targets(report: dict[str, Any]) -> str:
         t = targets[name]
         cmp = "<=" if name == "complex_to_edge_share" else ">="
         verdict = "MET" if t["met"] else "NOT MET"
+        if t.get("best_possible") is not None:
+            verdict += f" (best possible on this traffic: {t['best_possible'] * 100:.1f}%)"
         lines.append(f"  {name:22s} {_fmt(t['value'], 100, 1):>6s}%  "
                      f"(target {cmp} {t['target'] * 100:.0f}%)  {verdict}")
     return "targets (hybrid vs all-cloud):\n" + "\n".join(lines)

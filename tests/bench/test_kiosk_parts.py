@@ -78,6 +78,7 @@ def test_targets_compare_hybrid_with_all_cloud() -> None:
                        Prices(1, 1), 1.0)
     targets = evaluate_targets({"all-cloud": cloud, "hybrid": hybrid})
     assert targets["ttft_p50_cut"]["met"] and targets["cloud_tokens_cut"]["value"] == 0.9
+    assert targets["cloud_tokens_cut"]["best_possible"] == 1.0  # every all-cloud token was a simple request
     assert not targets["ttft_p99_cut"]["met"]  # the one cloud answer still sets the P99
     assert evaluate_targets({"hybrid": hybrid})["evaluated"] is False
 
