@@ -277,13 +277,15 @@ def serve(kind: str, port: int, arg: str) -> None:
 def _server(argv: list[str], port: int, env: dict[str, str] | None = None, timeout: float = 120.0):
     import httpx
 
-    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+    # The server's log goes to a file, not a pipe nobody reads (a full pipe would stall the server).
+    log = tempfile.NamedTemporaryFile(prefix="cache-bench-server-", suffix=".log", delete=False)
+    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log,
+                            start_new_session=True)
     try:
         deadline = time.monotonic() + timeout
         while True:
             if proc.poll() is not None:
-                raise RuntimeError(f"server exited: {proc.stderr.read()[-2000:] if proc.stderr else ''}")
+                raise RuntimeError(f"server exited: {Path(log.name).read_text(errors='replace')[-2000:]}")
             try:
                 httpx.get(f"http://127.0.0.1:{port}/", timeout=1.0)
                 break
@@ -299,6 +301,8 @@ def _server(argv: list[str], port: int, env: dict[str, str] | None = None, timeo
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        log.close()
+        Path(log.name).unlink(missing_ok=True)
 
 
 def _wait_ready(base: str, timeout: float = 180.0) -> None:
