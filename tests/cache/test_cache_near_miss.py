@@ -8,6 +8,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from edge.cache import AnswerCache
 from edge.cache.guard import extract_terms, questions_agree
@@ -103,3 +105,21 @@ def test_semantic_mode_finds_paraphrases(make_cache) -> None:
             assert hit.reason in ("semantic", "hit") and hit.text == _answer(a), (a, b)
             hits += 1
     assert hits >= len(DATA["paraphrases"]) // 3
+
+
+TEMPLATES = ["Where is gate {}?", "How much is parking for {} hours?", "Is there a bus at {} pm?",
+             "{}号门在哪里？", "停车{}小时多少钱？", "{}楼有什么店？"]
+WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"]
+ZH = ["零", "一", "二", "三", "四", "五", "六", "七", "八", "九", "十"]
+
+
+@given(st.sampled_from(TEMPLATES), st.integers(0, 10), st.integers(0, 10),
+       st.sampled_from(["digits", "words"]))
+def test_any_two_different_numbers_never_agree(template: str, a: int, b: int, style: str) -> None:
+    """Generated pairs: digits, English number words and Chinese numerals all count as numbers."""
+    zh = any("\u4e00" <= c <= "\u9fff" for c in template)
+    spell = (ZH if zh else WORDS) if style == "words" else [str(i) for i in range(11)]
+    qa, qb = normalize_text(template.format(spell[a])), normalize_text(template.format(spell[b]))
+    assert questions_agree(qa, qb) == (a == b)
+    if a != b:
+        assert qa != qb
