@@ -57,8 +57,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.set_defaults(func=run_scale)
 
 
+def _exit_on_sigterm() -> None:
+    """SIGTERM -> SystemExit, so the benchmark's ``finally`` stops the gateway and fake cloud it started."""
+    import signal
+
+    def handler(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, handler)
+
+
 def run_kiosk(args: argparse.Namespace) -> int:
     from bench.kiosk import KioskOptions, run_kiosk_benchmark
+
+    _exit_on_sigterm()
 
     overrides = {
         "concurrency": args.concurrency, "duration_s": args.duration, "cap_s": args.cap,
@@ -84,6 +96,8 @@ def run_kiosk(args: argparse.Namespace) -> int:
 
 def run_scale(args: argparse.Namespace) -> int:
     from bench.scale import ScaleOptions, run_scale_benchmark
+
+    _exit_on_sigterm()
 
     options = ScaleOptions.from_args(args)
     run_scale_benchmark(options)
