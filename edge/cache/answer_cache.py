@@ -82,6 +82,7 @@ class AnswerCache:
         self._db_inode: int | None = None
         self._closed = False
         self._touched: dict[str, float] = {}
+        self._faq_files: dict[str, Path] = {}  # source name -> file, reloaded after a recovery
         self._touch_flushed = time.monotonic()
         self._semantic: Any = None
         self._sem_rowids: dict[str, int] = {}
@@ -156,6 +157,13 @@ class AnswerCache:
         if self._semantic is not None:
             self._semantic.clear()
             self._sem_rowids = {}
+        # The operator's FAQ packs were in the damaged database too: load the files again, so the
+        # mall's opening hours do not wait for a restart. (Packs uploaded as a body are gone.)
+        for path in list(self._faq_files.values()):
+            try:
+                self.load_faq(path)
+            except Exception as reload_exc:
+                log.error("FAQ pack %s not reloaded after the cache recovery: %s", path, reload_exc)
 
     def _close_stores(self) -> None:
         for store in (self._answers, self._faq):
@@ -347,7 +355,9 @@ class AnswerCache:
         ships a newer ``faq.json`` also removes the answers the operator dropped from it.
         """
         path = Path(path)
-        return self.load_faq_entries(load_faq_pack(path), source=path.name)
+        count = self.load_faq_entries(load_faq_pack(path), source=path.name)
+        self._faq_files[path.name] = path
+        return count
 
     def load_faq_entries(self, entries: Iterable[FaqEntry], source: str) -> int:
         """Store validated FAQ entries under ``source`` (replacing that source's earlier entries)."""

@@ -23,7 +23,7 @@ from edge.cache import AnswerCache
 from edge.cache.disk import JSONDisk
 from edge.config import CacheConfig
 
-from .conftest import ask, recall, remember
+from .conftest import SAMPLE_FAQ, ask, recall, remember
 
 Q = "When does the mall open?"
 A = "At 10:00."
@@ -183,3 +183,17 @@ def test_damage_while_running_is_recovered(cache: AnswerCache, tmp_path: Path) -
     assert any(p.name.startswith("cache.corrupt-") for p in tmp_path.iterdir())
     assert remember(cache, ask("after recovery"), "fine")
     assert recall(cache, ask("after recovery")).text == "fine"
+
+
+def test_faq_files_are_reloaded_after_a_recovery(cache: AnswerCache, tmp_path: Path) -> None:
+    cache.load_faq(SAMPLE_FAQ)
+    assert recall(cache, ask("What time does the mall open?")).reason == "faq"
+    for name in ("answers", "faq"):
+        with open(tmp_path / "cache" / name / "cache.db", "r+b") as db_file:
+            db_file.write(b"garbage!" * 4096)
+    for _ in range(3):  # whichever call meets the damage first triggers the recovery
+        cache.stats()
+        recall(cache, ask("What time does the mall open?"))
+    assert any(p.name.startswith("cache.corrupt-") for p in tmp_path.iterdir())
+    hit = recall(cache, ask("What time does the mall open?"))
+    assert hit is not None and hit.reason == "faq"

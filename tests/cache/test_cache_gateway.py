@@ -128,3 +128,17 @@ def test_cli_talks_to_the_gateway(gateway, capsys, tmp_path: Path) -> None:
     assert cli_main(["cache", "--url", gateway.base_url, "--token", TOKEN, "purge",
                      "--prefix", "where are the lockers", "--faq"]) == 0
     assert json.loads(capsys.readouterr().out)["purged"] == 1
+
+
+def test_zz_a_damaged_cache_file_never_fails_a_request(gateway) -> None:
+    """Last in the module: garbage over both cache databases while the gateway runs."""
+    cache_dir = Path(gateway.settings.server.data_dir) / "cache"
+    for name in ("answers", "faq"):
+        with open(cache_dir / name / "cache.db", "r+b") as db_file:
+            db_file.write(b"garbage!" * 4096)
+    for question in ("What time does the mall open?", "Reply with the single word yes.", "Where is the ATM?"):
+        raw = _chat(gateway, question, max_tokens=8)
+        assert raw.parse().choices[0].message.content  # answered: from the cache or from the model
+    stats = httpx.get(gateway.base_url + "/admin/cache/stats", headers=_admin(gateway))
+    assert stats.status_code == 200
+    assert _chat(gateway, "Name a colour.", max_tokens=8).parse().choices[0].message.content
