@@ -53,8 +53,9 @@ CHAT_SCHEMA: dict[str, Any] = {
                     "content": {
                         "anyOf": [
                             {"type": "string"},
-                            {"type": "array", "items": {"type": "object", "properties": {
-                                "type": {"type": "string"}, "text": {"type": "string"}}}},
+                            {"type": "array", "items": {"type": "object", "required": ["type"], "properties": {
+                                "type": {"type": "string", "enum": ["text", "image_url"]},
+                                "text": {"type": "string"}}}},
                             {"type": "null"},
                         ]
                     },
