@@ -97,18 +97,24 @@ def workloads() -> dict[str, Workload]:
 
 async def _load_level(base_url: str, work: Workload, concurrency: int, duration_s: float,
                       warmup_s: float) -> dict[str, Any]:
+    """C closed-loop workers for warm-up + duration seconds; only the measured window is recorded.
+
+    Each worker has its own single-connection client: one shared httpx pool serialises on its own
+    bookkeeping under many concurrent requests (encode/httpx#3215) and would measure the load
+    generator instead of the gateway.
+    """
     latencies: list[float] = []
     errors: dict[str, int] = {}
     misses = 0
     counter = 0
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    async with httpx.AsyncClient(base_url=base_url, limits=limits, timeout=30) as client:
-        start = time.perf_counter()
-        measure_from = start + warmup_s
-        stop_at = measure_from + duration_s
+    start = time.perf_counter()
+    measure_from = start + warmup_s
+    stop_at = measure_from + duration_s
 
-        async def worker() -> None:
-            nonlocal counter, misses
+    async def worker() -> None:
+        nonlocal counter, misses
+        limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+        async with httpx.AsyncClient(base_url=base_url, limits=limits, timeout=30) as client:
             while True:
                 now = time.perf_counter()
                 if now >= stop_at:
@@ -130,7 +136,7 @@ async def _load_level(base_url: str, work: Workload, concurrency: int, duration_
                     if now >= measure_from:
                         errors[type(exc).__name__] = errors.get(type(exc).__name__, 0) + 1
 
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
     ms = [v * 1000 for v in latencies]
     return {"concurrency": concurrency, "requests": len(latencies), "errors": errors, "misses": misses,
             "requests_per_s": round(len(latencies) / duration_s, 1), "latency_ms": percentiles(ms)}
