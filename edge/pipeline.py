@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -166,7 +167,11 @@ class Pipeline:
         if cache is not None:
             policy = cache.policy(req)
             if policy.read:
-                hit = cache.lookup(req, policy)
+                # Semantic matching runs an embedding model (tens of ms): keep it off the loop.
+                if cache.semantic_enabled:
+                    hit = await asyncio.to_thread(cache.lookup, req, policy)
+                else:
+                    hit = cache.lookup(req, policy)
                 if hit is not None:
                     timer.mark("cache")
                     return self._cache_answer(req, timer, record, hit)
@@ -373,11 +378,14 @@ class Pipeline:
                 and a.route in ("edge", "cloud")
                 and finish.finish_reason == "stop"
             ):
-                stored = self.cache.store(
-                    a.request, a.text, finish, route=a.route, model=rec.model, policy=policy,
+                store = functools.partial(
+                    self.cache.store, a.request, a.text, finish, route=a.route, model=rec.model, policy=policy,
                     degraded=a.degraded is not None,
                 )
-                if stored:
+                if self.cache.semantic_enabled:
+                    asyncio.get_running_loop().run_in_executor(None, store)
+                    rec.cache = "store"
+                elif store():
                     rec.cache = "store"
         self._emit(rec)
 

@@ -129,8 +129,10 @@ class Services:
                 log.error("FAQ pack %s not loaded: %s", path, exc)
         current = self.store.current() if self.store is not None else None
         if current is not None and current.artifacts.get("faq"):
-            with contextlib.suppress(Exception):
+            try:
                 self.cache.load_faq(current.artifacts["faq"])
+            except Exception as exc:
+                log.error("the installed bundle's FAQ pack was not loaded: %s", exc)
 
     def _init_agent(self) -> None:
         fleet = self.settings.fleet
