@@ -390,10 +390,17 @@ class Pipeline:
         self._emit(rec)
 
     def _emit(self, rec: RequestRecord) -> None:
+        """Hand the record to the observers on the loop's next turn, after the answer's bytes went out."""
         if self.observe is None:
             return
         try:
-            self.observe(rec)
+            asyncio.get_running_loop().call_soon(self._observe, rec)
+        except RuntimeError:  # no running loop (a synchronous caller): observe now
+            self._observe(rec)
+
+    def _observe(self, rec: RequestRecord) -> None:
+        try:
+            self.observe(rec)  # type: ignore[misc]
         except Exception:  # observers must never break a request
             log.exception("request observer failed")
 
