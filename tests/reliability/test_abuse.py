@@ -142,8 +142,8 @@ def test_tiny_messages_as_many_as_the_limit_allows(proc_gw: Any, baseline: dict[
     r = httpx.post(proc_gw.base_url + "/v1/chat/completions", content=body,
                    headers={"content-type": "application/json"}, timeout=60)
     elapsed = time.perf_counter() - started
-    # The cloud may take it (the edge's context cannot), or a clean 4xx/503 says why not.
-    assert r.status_code in (200, 400, 413, 503), r.text[:300]
+    # The cloud may take it (the edge's context cannot) or time out on it; a clean error says why not.
+    assert r.status_code in (200, 400, 413, 502, 503, 504), r.text[:300]
     assert ("error" in r.json()) == (r.status_code != 200) and "Traceback" not in r.text
     assert elapsed < 20.0
     # ... and a million of them is refused by size.
