@@ -28,6 +28,7 @@ import json
 import os
 import platform
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -146,7 +147,26 @@ def machine_facts() -> dict[str, Any]:
         from importlib.metadata import version
 
         facts["llama_cpp_python"] = version("llama-cpp-python")
+    facts["source"] = source_revision()
     return facts
+
+
+def source_revision() -> str:
+    """The commit the benchmarked code came from (``EDGECLOUD_BENCH_COMMIT`` for a git-archive copy)."""
+    given = os.environ.get("EDGECLOUD_BENCH_COMMIT")
+    if given:
+        return given
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=str(Path(__file__).resolve().parent),
+                             capture_output=True, text=True, timeout=10, check=False)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               cwd=str(Path(__file__).resolve().parent), capture_output=True, text=True,
+                               timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    if out.returncode != 0:
+        return "unknown"
+    return out.stdout.strip() + (" (working tree has uncommitted changes)" if dirty.stdout.strip() else "")
 
 
 def command_line() -> str:

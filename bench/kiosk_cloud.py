@@ -22,6 +22,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -101,6 +102,7 @@ def start_cloud_process(config: FakeCloudConfig, timeout_s: float = 30.0) -> Clo
     proc = subprocess.Popen(
         [sys.executable, "-m", "bench.kiosk_cloud", json.dumps(asdict(config))],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
+        cwd=str(Path(__file__).resolve().parent.parent),
     )
     deadline = time.monotonic() + timeout_s
     assert proc.stdout is not None
