@@ -29,11 +29,26 @@ FEATURE_VERSION = 2
 _STYLE_RE = re.compile(r"[?!,;¿¡、，；？！。~～…]+|\.(?=\s|$)")
 _SPACE_RE = re.compile(r"\s+")
 _WORD_RE = re.compile(r"[a-z0-9_]+")
-_CJK_RE = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
-_LATIN_RE = re.compile(r"[a-z]")
-_DIGIT_RE = re.compile(r"[0-9]")
-_MATH_RE = re.compile("[" + re.escape("=+-*/^<>%√∫∑∏π∞≤≥≠×÷∠△°\\$|") + "]")
-_CODE_RE = re.compile("[" + re.escape("{}[]()_#`&@") + "]")
+_CJK, _LATIN, _DIGIT, _MATH, _CODE = 1, 2, 4, 8, 16
+
+
+def _char_classes() -> np.ndarray:
+    """One lookup table of character-class bits for the BMP: counting with it is one numpy gather instead
+    of five regex scans over the text (the scans cost more than the whole ONNX run)."""
+    table = np.zeros(0x10000, dtype=np.uint8)
+    for lo, hi in ((0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xF900, 0xFAFF)):
+        table[lo : hi + 1] |= _CJK
+    table[ord("a") : ord("z") + 1] |= _LATIN
+    table[ord("0") : ord("9") + 1] |= _DIGIT
+    for c in "=+-*/^<>%√∫∑∏π∞≤≥≠×÷∠△°\\$|":
+        table[ord(c)] |= _MATH
+    for c in "{}[]()_#`&@":
+        table[ord(c)] |= _CODE
+    table.setflags(write=False)
+    return table
+
+
+_CLASS_TABLE = _char_classes()
 
 _U = np.uint64
 _FNV_PRIME = _U(0x100000001B3)
@@ -129,20 +144,22 @@ def _bucket(value: float, edges: tuple[float, ...]) -> int:
     return len(edges)
 
 
-def meta_tokens(raw: str, norm: str) -> list[str]:
+def meta_tokens(raw: str, norm: str, n_words: int | None = None) -> list[str]:
     """Coarse shape features as one-hot bucket tokens (length, lines, digits, maths and code symbols, script).
 
     Buckets rather than raw numbers so a linear model can learn non-monotonic effects (very short requests
     are not automatically simple: "prove sqrt(2) is irrational" is short).
     """
     n = max(len(norm), 1)
-    cjk = len(_CJK_RE.findall(norm))
-    latin = len(_LATIN_RE.findall(norm))
-    digits = len(_DIGIT_RE.findall(norm))
-    maths = len(_MATH_RE.findall(norm))
-    code = len(_CODE_RE.findall(norm))
+    cps = np.frombuffer(norm.encode("utf-32-le"), dtype="<u4")
+    flags = _CLASS_TABLE[np.minimum(cps, 0xFFFF)]  # astral characters fall on U+FFFF: no class
+    cjk = int(np.count_nonzero(flags & _CJK))
+    latin = int(np.count_nonzero(flags & _LATIN))
+    digits = int(np.count_nonzero(flags & _DIGIT))
+    maths = int(np.count_nonzero(flags & _MATH))
+    code = int(np.count_nonzero(flags & _CODE))
     lines = raw.count("\n")
-    words = len(_WORD_RE.findall(norm)) + cjk
+    words = (len(_WORD_RE.findall(norm)) if n_words is None else n_words) + cjk
     toks = [
         f"len:{_bucket(math.log2(n), (3, 4, 5, 6, 7, 8, 9, 10, 11))}",
         f"words:{_bucket(words, (3, 6, 10, 16, 25, 40, 70, 120))}",
@@ -195,7 +212,7 @@ def featurize(text: str, config: FeatureConfig) -> tuple[np.ndarray, np.ndarray]
     else:
         text_idx = np.zeros(0, dtype=np.int64)
         text_val = np.zeros(0, dtype=np.float64)
-    meta = _mix(_token_hashes(meta_tokens(text, norm), _NS_META))
+    meta = _mix(_token_hashes(meta_tokens(text, norm, len(words)), _NS_META))
     meta_idx = (meta % dim).astype(np.int64)
     meta_val = np.full(meta_idx.shape[0], config.meta_weight, dtype=np.float64)
     idx = np.concatenate([text_idx, meta_idx])
