@@ -30,9 +30,10 @@ class SSEParser:
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         events: list[SSEEvent] = []
         buf = self._buf + chunk
-        if self._pending_cr and buf.startswith(b"\n"):
-            buf = buf[1:]  # the LF of a CRLF split across reads
-        self._pending_cr = False
+        if self._pending_cr and buf:  # an empty read keeps the pending CR for the next one
+            if buf.startswith(b"\n"):
+                buf = buf[1:]  # the LF of a CRLF split across reads
+            self._pending_cr = False
         if b"\r" not in buf:  # the common case (LF only): C-level splits instead of a find loop
             if not self._data and not self._event and b"\n\n" in buf:
                 return self._feed_blocks(buf)

@@ -250,6 +250,9 @@ def create_app(settings: Settings) -> FastAPI:
     require_admin = require_admin_factory(app)
     app.state.require_admin = require_admin
 
+    from .limits import InFlightLimit
+
+    app.add_middleware(InFlightLimit, limit=settings.server.limit_concurrency)
     if settings.server.cors_origins:
         from fastapi.middleware.cors import CORSMiddleware
 

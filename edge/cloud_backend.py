@@ -66,8 +66,10 @@ def request_body(req: ChatRequest) -> dict[str, Any]:
 class CloudBackend:
     name = "cloud"
 
-    def __init__(self, config: CloudConfig, on_call: Callable[[Any], None] | None = None) -> None:
+    def __init__(self, config: CloudConfig, on_call: Callable[[Any], None] | None = None,
+                 deadline_s: float | None = None) -> None:
         self.bridge = CloudBridge(config, on_call=on_call)
+        self.deadline_s = deadline_s  # [server] request_deadline_s: the most one cloud call may take
 
     async def start(self) -> None:
         await self.bridge.start()
@@ -87,7 +89,8 @@ class CloudBackend:
 
     async def generate(self, req: ChatRequest, deadline_s: float | None = None) -> AsyncIterator[TextDelta | Finish]:
         stream = self.bridge.stream_chat(
-            request_body(req), request_id=req.request_id, route_model=req.route_name, deadline_s=deadline_s
+            request_body(req), request_id=req.request_id, route_model=req.route_name,
+            deadline_s=deadline_s if deadline_s is not None else self.deadline_s,
         )
         try:
             async for event in stream:

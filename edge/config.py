@@ -41,11 +41,12 @@ class ServerConfig(BaseModel):
     admin_token: SecretStr | None = None
     cors_origins: list[str] = Field(default_factory=list)
     # uvicorn/h11 limits, set deliberately (see SECURITY.md).
-    limit_concurrency: int = 256
+    limit_concurrency: int = 256  # requests in flight (the app counts them, not uvicorn's connections)
+    header_timeout_s: float = 5.0  # a connection must finish a request's headers within this
     backlog: int = 128
     timeout_keep_alive_s: int = 5
     h11_max_incomplete_event_size: int = 64 * 1024
-    # How long a request may take end to end before the gateway gives up on it.
+    # The longest a cloud call may take end to end (the edge is bounded by max_tokens).
     request_deadline_s: float = 120.0
 
 

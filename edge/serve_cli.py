@@ -51,6 +51,7 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from .app import create_app
+    from .limits import guarded_protocol
 
     server = settings.server
     config = uvicorn.Config(
@@ -58,10 +59,10 @@ def run(args: argparse.Namespace) -> int:
         host=server.host,
         port=server.port,
         loop="auto",
-        http="auto",
+        http=guarded_protocol(server.header_timeout_s),
         log_config=None,
         access_log=False,  # one structured line per request comes from the gateway itself
-        limit_concurrency=server.limit_concurrency,
+        limit_concurrency=None,  # requests in flight are limited in the app (edge/limits.py)
         backlog=server.backlog,
         timeout_keep_alive=server.timeout_keep_alive_s,
         h11_max_incomplete_event_size=server.h11_max_incomplete_event_size,

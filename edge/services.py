@@ -54,7 +54,7 @@ class Services:
             from .cloud_backend import CloudBackend
 
             on_call = self.obs.observe_cloud_call if self.obs is not None else None
-            self.cloud = CloudBackend(settings.cloud, on_call=on_call)
+            self.cloud = CloudBackend(settings.cloud, on_call=on_call, deadline_s=settings.server.request_deadline_s)
             self._tasks.append(asyncio.create_task(self._start_cloud()))
         self.pipeline.cloud = self.cloud
         self.pipeline.cache = self.cache

@@ -22,6 +22,7 @@ import uvicorn
 
 from edge.app import create_app
 from edge.config import Settings
+from edge.limits import guarded_protocol
 
 
 def free_port() -> int:
@@ -77,7 +78,7 @@ def run_gateway(settings: Settings, wait_ready: bool = True, ready_timeout: floa
     settings = settings.model_copy(update={"server": settings.server.model_copy(update={"port": port})})
     app = create_app(settings)
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, access_log=False,
-                            limit_concurrency=settings.server.limit_concurrency,
+                            http=guarded_protocol(settings.server.header_timeout_s),
                             timeout_keep_alive=settings.server.timeout_keep_alive_s,
                             h11_max_incomplete_event_size=settings.server.h11_max_incomplete_event_size)
     server = uvicorn.Server(config)

@@ -89,8 +89,12 @@ class ArtifactInfo:
                 min_agent_version=str(raw["min_agent_version"]),
                 file_name=check_file_name(str(raw["file_name"])),
             )
+        except BundleError:
+            raise
         except KeyError as exc:
             raise BundleError(f"custom metadata lacks {exc}") from exc
+        except (TypeError, ValueError) as exc:
+            raise BundleError(f"invalid custom metadata: {exc}") from exc
         if info.kind not in KINDS:
             raise BundleError(f"unknown artifact kind {info.kind!r}")
         if info.version < 1 or isinstance(raw["version"], bool):

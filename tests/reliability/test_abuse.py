@@ -284,9 +284,6 @@ def test_many_idle_connections_below_the_concurrency_limit(proc_gw: Any, baselin
     _fds_back(proc_gw, baseline)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: uvicorn counts idle connections against limit_concurrency and never "
-                   "times out a connection that sends nothing, so 256 idle sockets make every other client get a "
-                   "plain-text 503. Fix proposed in docs/reliability.md (header/idle timeout protocol).")
 def test_idle_connections_past_the_limit_do_not_lock_others_out(proc_gw: Any, baseline: dict[str, float]) -> None:
     socks = _idle(proc_gw, 300)
     try:
@@ -300,8 +297,6 @@ def test_idle_connections_past_the_limit_do_not_lock_others_out(proc_gw: Any, ba
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="BUG: no header/idle timeout before the first request on a connection "
-                   "(uvicorn only times out keep-alive between requests). See docs/reliability.md.")
 def test_idle_connection_is_closed_by_the_server(proc_gw: Any) -> None:
     with socket.create_connection(_addr(proc_gw), timeout=8) as s:
         s.sendall(b"GET /healthz HTTP/1.1\r\n")  # a request that never finishes its headers
