@@ -103,6 +103,7 @@ def write_png(report: dict[str, Any], ttft_samples: dict[str, list[float]], path
     table = ax_table.table(cellText=rows, colLabels=header, loc="center", cellLoc="right")
     table.auto_set_font_size(False)
     table.set_fontsize(9)
+    table.auto_set_column_width(col=list(range(len(header))))
     table.scale(1, 1.6)
     machine = report.get("machine", {})
     fig.suptitle(f"edgecloud kiosk benchmark - {report['config']['concurrency']} kiosks, "
