@@ -193,25 +193,21 @@ def featurize(text: str, config: FeatureConfig) -> tuple[np.ndarray, np.ndarray]
         half = config.max_chars // 2
         text = text[:half] + "\n" + text[-half:]
     norm = normalize(text)
-    body = norm
-    words = _WORD_RE.findall(body)
-    parts = _char_ngram_hashes(body, config.char_ngrams)
+    words = _WORD_RE.findall(norm)
+    parts = _char_ngram_hashes(norm, config.char_ngrams)
     if words:
         wh = _token_hashes(words, _NS_WORD)
         parts.append(wh)
         if len(wh) > 1:
             parts.append((wh[:-1] * _FNV_PRIME) ^ wh[1:] ^ _U(_NS_BIGRAM))
     dim = _U(config.dim)
-    if parts:
-        hashes, counts = np.unique(_mix(np.concatenate(parts)), return_counts=True)
-        vals = 1.0 + np.log(counts.astype(np.float64))
-        vals /= np.dot(vals, vals) ** config.norm_power
-        signs = np.where((hashes >> _U(63)) == _U(1), -1.0, 1.0)
-        text_idx = (hashes % dim).astype(np.int64)
-        text_val = vals * signs
-    else:
-        text_idx = np.zeros(0, dtype=np.int64)
-        text_val = np.zeros(0, dtype=np.float64)
+    # Never empty: the padded text always has unigrams and bigrams, even for "".
+    hashes, counts = np.unique(_mix(np.concatenate(parts)), return_counts=True)
+    vals = 1.0 + np.log(counts.astype(np.float64))
+    vals /= np.dot(vals, vals) ** config.norm_power
+    signs = np.where((hashes >> _U(63)) == _U(1), -1.0, 1.0)
+    text_idx = (hashes % dim).astype(np.int64)
+    text_val = vals * signs
     meta = _mix(_token_hashes(meta_tokens(text, norm, len(words)), _NS_META))
     meta_idx = (meta % dim).astype(np.int64)
     meta_val = np.full(meta_idx.shape[0], config.meta_weight, dtype=np.float64)

@@ -205,21 +205,18 @@ def _fold(row: ds.Row, folds: int) -> int:
     return int(ds.text_key(row.text)[8:16], 16) % folds
 
 
-def _choose_thresholds(
-    y_true: list[str], p: np.ndarray, weight: np.ndarray, tc: TrainConfig
-) -> tuple[float, float]:
+def _choose_thresholds(y_true: list[str], p: np.ndarray, tc: TrainConfig) -> tuple[float, float]:
     """(decision threshold on P(complex), recommended minimum confidence for a simple label).
 
     Recall is counted per row, unweighted. (Weighting it like training, kiosk rows 12x, was tried: the
     few hand-written complex rows that are hard out-of-fold then dominate and drive the threshold to 0.03.)
     """
     t = np.asarray([label == "complex" for label in y_true])
-    wt = weight[t]
     if not t.any():
         return 0.5, 0.5
 
     def recall(cloud: np.ndarray) -> float:
-        return float((wt * cloud[t]).sum() / wt.sum())
+        return float(cloud[t].mean())
 
     # Largest threshold (<= 0.5: never trade recall for precision) keeping complex recall at target.
     tau = 0.02
@@ -352,8 +349,7 @@ def train_intent(
             w, b = _fit(design, train_idx[~held], tc)
             oof[held] = _p_complex(design, w, b, train_idx[held])
     train_labels = [r.label for r in train]
-    row_weight = np.ones(train_idx.size)
-    tau, conf = _choose_thresholds(train_labels, oof, row_weight, tc)
+    tau, conf = _choose_thresholds(train_labels, oof, tc)
     oof_shifted = _shift(oof, tau)
     log(f"thresholds from {tc.folds}-fold out-of-fold predictions: P(complex) >= {tau}, "
         f"simple confidence >= {conf}")
