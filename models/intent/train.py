@@ -2,13 +2,13 @@
 
 Model: L2-regularised logistic regression on the hashed features of ``features.py``. Why linear: on a few
 thousand rows a linear model over character n-grams generalises as well as anything small, trains in
-seconds, is deterministic (liblinear with a fixed seed), and exports to a four-node ONNX graph
-(Gather, Mul, ReduceSum, Softmax) whose run time is dominated by feature hashing, not the model.
+seconds, is deterministic (liblinear with a fixed seed), and exports to a six-node ONNX graph
+(Gather, Mul, ReduceSum, Add, Mul, Softmax) whose run time is dominated by feature hashing, not the model.
 
-Reproducibility: rows are sorted by a content key before anything random happens, augmentation uses
-``random.Random(seed)``, folds and the dev split are content hashes, liblinear gets ``random_state=seed``,
-and neither the ONNX file nor the card contains a timestamp or an absolute path. The same data and seed give
-byte-identical ``intent.onnx`` and ``card.json``.
+Reproducibility: rows are sorted by a content key, each row's augmentation uses its own
+``random.Random(f"{seed}:{content key}")``, folds and the dev split are content hashes, liblinear gets
+``random_state=seed``, and neither the ONNX file nor the card contains a timestamp or an absolute path.
+The same data and seed give byte-identical ``intent.onnx`` and ``card.json``.
 """
 
 from __future__ import annotations
@@ -312,6 +312,11 @@ def _source_holdout(rows: list[ds.Row], train_idx: np.ndarray, design: _Design, 
     return result
 
 
+def _write_card(card: dict, out: Path) -> None:
+    text = json.dumps(card, ensure_ascii=False, indent=2, sort_keys=True) + "\n"
+    (out / CARD_FILE).write_text(text, encoding="utf-8")
+
+
 def train_intent(
     data: Sequence[str | Path],
     out_dir: str | Path,
@@ -326,8 +331,10 @@ def train_intent(
     files = ds.expand_paths(data)
     rows, report = ds.load_rows(files)
     rows.sort(key=lambda r: ds.text_key(r.text))
-    train = [r for r in rows if not ds.is_dev(r.text)]
-    dev = [r for r in rows if ds.is_dev(r.text)]
+    is_train = np.asarray([not ds.is_dev(r.text) for r in rows], dtype=bool)
+    train_idx = np.flatnonzero(is_train)
+    train = [rows[i] for i in train_idx]
+    dev = [rows[i] for i in np.flatnonzero(~is_train)]
     log(
         f"read {report.rows} rows from {len(files)} files (skipped: {report.skipped_multi_turn} multi-turn, "
         f"{report.skipped_duplicates} duplicates, {report.skipped_bad} unreadable); "
@@ -337,8 +344,6 @@ def train_intent(
         raise ValueError("no training rows")
 
     design = _design(rows, fc, tc)
-    is_train = np.asarray([not ds.is_dev(r.text) for r in rows])
-    train_idx = np.flatnonzero(is_train)
 
     # Out-of-fold predictions on the training rows choose the thresholds; dev stays untouched for reporting.
     fold_of = np.asarray([_fold(rows[i], tc.folds) for i in train_idx])
@@ -396,7 +401,8 @@ def train_intent(
         },
         "metrics": {},
     }
-    (out / CARD_FILE).write_text(json.dumps(card, ensure_ascii=False, indent=2, sort_keys=True) + "\n")
+    # Written now so the dev metrics below come from loading the files exactly as the kiosk will.
+    _write_card(card, out)
 
     oof_pred = ["complex" if p >= 0.5 else "simple" for p in oof_shifted]
     metrics: dict = {
@@ -417,6 +423,6 @@ def train_intent(
     if tc.source_holdout:
         metrics["source_holdout"] = _source_holdout(rows, train_idx, design, tc, log)
     card["metrics"] = metrics
-    (out / CARD_FILE).write_text(json.dumps(card, ensure_ascii=False, indent=2, sort_keys=True) + "\n")
+    _write_card(card, out)
     log(f"wrote {out / MODEL_FILE} ({(out / MODEL_FILE).stat().st_size} bytes) and {out / CARD_FILE}")
     return card
