@@ -55,7 +55,10 @@ def gateway_settings(tmp, base_url, router=None, edge=None, **provider):
 
 @pytest.fixture(scope="module")
 def gw(tmp_path_factory, cloud, embedded_model):
-    with run_gateway(gateway_settings(tmp_path_factory.mktemp("route"), cloud.base_url)) as handle:
+    # The breaker stays closed here whatever faults a test injects, so tests do not depend on order.
+    settings = gateway_settings(tmp_path_factory.mktemp("route"), cloud.base_url,
+                                breaker_consecutive_failures=10_000, breaker_min_calls=10_000)
+    with run_gateway(settings) as handle:
         yield handle
 
 
