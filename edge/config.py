@@ -75,7 +75,8 @@ class EdgeModelConfig(BaseModel):
 class RouterConfig(BaseModel):
     allow_override: bool = True
     intent_model_dir: Path | None = None  # None: the classifier shipped in the package
-    confidence_threshold: float = 0.80
+    # None: the threshold in the classifier's card (chosen at training for >= 98% complex recall).
+    confidence_threshold: float | None = None
     max_prompt_share: float = 0.30
     scenario: Literal["realtime", "generation", "batch"] = "realtime"
     hedge: bool = True

@@ -98,6 +98,12 @@ class Router:
         """Hot-swap the classifier (a model bundle update); in-flight decisions keep the old one."""
         self.classifier = classifier
 
+    def threshold(self) -> float:
+        """The operator's threshold, else the one the classifier was trained with, else 0.8."""
+        if self.config.confidence_threshold is not None:
+            return self.config.confidence_threshold
+        return float(getattr(self.classifier, "confidence_threshold", 0.8) or 0.8)
+
     def scenario_for(self, req: ChatRequest) -> Profile:
         name = (req.scenario_header or self.config.scenario).strip().lower()
         return PROFILES.get(name, PROFILES[self.config.scenario])
@@ -159,7 +165,7 @@ class Router:
             if d.label != "simple":
                 d.edge_ok = False
                 return self._to_cloud(d, tag, live, allow_degraded=False)
-            borderline = d.confidence < self.config.confidence_threshold + profile.threshold_shift
+            borderline = d.confidence < self.threshold() + profile.threshold_shift
             d.reason = tag
         else:
             # Difficulty unknown (the classifier failed to load): treat it as borderline, so a hard
