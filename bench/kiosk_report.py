@@ -58,6 +58,8 @@ def format_targets(report: dict[str, Any]) -> str:
             verdict += f" (best possible on this traffic: {t['best_possible'] * 100:.1f}%)"
         lines.append(f"  {name:22s} {_fmt(t['value'], 100, 1):>6s}%  "
                      f"(target {cmp} {t['target'] * 100:.0f}%)  {verdict}")
+    if targets.get("note"):
+        lines.append(f"  note: {targets['note']}")
     return "targets (hybrid vs all-cloud):\n" + "\n".join(lines)
 
 
