@@ -146,14 +146,20 @@ def _tokens(text: str) -> list[str]:
     return [w if i == 0 else " " + w for i, w in enumerate(words) if w or i == 0]
 
 
+def _count_tokens(text: str) -> int:
+    """Words for space-separated scripts, one token per CJK character (as real tokenizers roughly do)."""
+    cjk = sum(1 for ch in text if "\u3400" <= ch <= "\u9fff" or "\uf900" <= ch <= "\ufaff")
+    return len(text.split()) + cjk
+
+
 def _prompt_tokens(messages: list[Any]) -> int:
     count = 0
     for msg in messages:
         content = msg.get("content") if isinstance(msg, dict) else None
         if isinstance(content, str):
-            count += len(content.split()) + 4
+            count += _count_tokens(content) + 4
         elif isinstance(content, list):
-            count += 4 + sum(len(str(p.get("text", "")).split()) for p in content if isinstance(p, dict))
+            count += 4 + sum(_count_tokens(str(p.get("text", ""))) for p in content if isinstance(p, dict))
     return count
 
 

@@ -142,6 +142,7 @@ class LocalModel:
         self._waiting = 0
         self._busy = False
         self.generations_started = 0  # for metrics and tests (a hedge loser that never started)
+        self._gen_started = 0.0
         # Exponential moving average of a generation's wall time, for the router's wait estimate.
         self._avg_gen_s = 1.0
         self._avg_ttft_s = 0.1
@@ -252,8 +253,12 @@ class LocalModel:
         return self._waiting + (1 if self._busy else 0)
 
     def expected_wait_s(self) -> float:
-        """How long a request arriving now would wait for the model to start on it."""
-        return self.queue_depth * self._avg_gen_s
+        """How long a request arriving now would wait for the model to start on it: what is left
+        of the running generation (by the running average) plus a full one per waiter."""
+        if not self._busy:
+            return self._waiting * self._avg_gen_s
+        left = max(0.0, self._avg_gen_s - (time.perf_counter() - self._gen_started))
+        return left + self._waiting * self._avg_gen_s
 
     def expected_ttft_s(self) -> float:
         return self.expected_wait_s() + self._avg_ttft_s
@@ -311,6 +316,7 @@ class LocalModel:
         loop = asyncio.get_running_loop()
         job = _Job(loop)
         self._busy = True
+        self._gen_started = time.perf_counter()
         self.generations_started += 1
         queue_ms = (time.perf_counter() - queued_at) * 1000.0
         model = self.model or model  # a hot swap while we waited: use the newest model
