@@ -209,8 +209,6 @@ class Pipeline:
         first: TextDelta | Finish = TextDelta(chunks[0]) if chunks and chunks[0] else Finish(
             hit.finish_reason, usage, {}, hit.model)
         rest = replay()
-        if isinstance(first, Finish):
-            chunks = []
         record.cache = "hit"
         reason = "faq" if hit.reason == "faq" else f"cache:{hit.reason}"
         answer = Answer(
