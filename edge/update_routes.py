@@ -9,13 +9,15 @@ Both routes sit behind ``require_admin`` (bearer token, constant-time compare) f
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse
 
 from edge.errors import APIError
-from models.fleet.agent import UpdateAgent
+
+if TYPE_CHECKING:  # the agent (tuf, its crypto) is imported only where updates are turned on
+    from models.fleet.agent import UpdateAgent
 
 
 def _no_agent() -> APIError:
