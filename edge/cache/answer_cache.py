@@ -109,7 +109,7 @@ class AnswerCache:
 
     def _open_stores(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
-        self._answers = diskcache.Cache(
+        self._answers = diskcache.Cache(  # disk=JSONDisk: never diskcache's default pickling disk
             str(self.directory / "answers"),
             timeout=SQLITE_TIMEOUT_S,
             disk=JSONDisk,
@@ -118,7 +118,7 @@ class AnswerCache:
             tag_index=True,
             statistics=False,
         )
-        self._faq = diskcache.Cache(
+        self._faq = diskcache.Cache(  # disk=JSONDisk, as above
             str(self.directory / "faq"),
             timeout=SQLITE_TIMEOUT_S,
             disk=JSONDisk,
