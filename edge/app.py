@@ -32,7 +32,7 @@ from .openai_format import DONE, ChunkWriter, completion_body
 from .pipeline import Answer
 from .schemas import parse_chat_request
 from .services import Services
-from .types import Finish, TextDelta
+from .types import ChatRequest, Finish, TextDelta
 
 log = logging.getLogger("edgecloud.app")
 
@@ -168,12 +168,16 @@ def require_admin_factory(app: FastAPI):
     return require_admin
 
 
+# Backend timings are milliseconds unless named here (a count and a rate).
+_NOT_MS = frozenset({"prompt_tokens_reused", "tokens_per_s"})
+
+
 def _timings(answer: Answer, finish: Finish | None) -> dict[str, Any]:
+    """The ``timings`` object of a response's last chunk (as llama-server sends one)."""
     marks = answer.timer.marks
     out: dict[str, Any] = {"route": answer.route, "reason": answer.reason}
     if finish is not None:
-        out.update({f"{k}_ms" if not k.endswith("_s") and k not in ("prompt_tokens_reused",) else k: round(v, 2)
-                    for k, v in finish.timings.items()})
+        out.update({k if k in _NOT_MS else f"{k}_ms": round(v, 2) for k, v in finish.timings.items()})
     if "ttft" in marks:
         out["ttft_ms"] = round(marks["ttft"], 2)
     out["total_ms"] = round(answer.timer.elapsed_ms(), 2)
@@ -283,6 +287,11 @@ def create_app(settings: Settings) -> FastAPI:
     def services_of(request: Request) -> Services:
         return request.app.state.services
 
+    async def chat_request_of(request: Request) -> ChatRequest:
+        """The body of a chat request, size- and time-limited, validated; ``APIError`` if not."""
+        body = await read_json_body(request, settings.server.max_body_bytes)
+        return parse_chat_request(body, settings, request.headers)
+
     @app.get("/healthz", tags=["health"])
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
@@ -313,8 +322,7 @@ def create_app(settings: Settings) -> FastAPI:
         request_id = request_id_of(request)
         pipeline = services_of(request).pipeline
         try:
-            body = await read_json_body(request, settings.server.max_body_bytes)
-            req = parse_chat_request(body, settings, request.headers)
+            req = await chat_request_of(request)
         except APIError as exc:
             pipeline.count_rejected(request_id, exc)  # refused before the pipeline: still counted
             return error_response(exc, request_id)
@@ -357,8 +365,7 @@ def create_app(settings: Settings) -> FastAPI:
         """The router's decision for a chat body, without generating anything."""
         request_id = request_id_of(request)
         try:
-            body = await read_json_body(request, settings.server.max_body_bytes)
-            req = parse_chat_request(body, settings, request.headers)
+            req = await chat_request_of(request)
         except APIError as exc:
             return error_response(exc, request_id)
         services = services_of(request)

@@ -18,7 +18,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from .errors import APIError, internal
 from .records import RequestRecord
@@ -29,12 +29,6 @@ from .types import ChatRequest, Finish, TextDelta, Timer, Usage
 log = logging.getLogger("edgecloud.pipeline")
 
 Events = AsyncIterator[TextDelta | Finish]
-
-
-class Backend(Protocol):
-    name: str
-
-    def generate(self, req: ChatRequest) -> Events: ...
 
 
 @dataclass
@@ -52,7 +46,6 @@ class Answer:
     degraded: str | None = None
     cache: str | None = None
     decision: Decision | None = None
-    extra_headers: dict[str, str] = field(default_factory=dict)
     _done: Callable[[Answer, str, Finish | None, APIError | None], None] | None = None
     _text: list[str] = field(default_factory=list)
     _finished: bool = False

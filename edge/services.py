@@ -86,10 +86,6 @@ class Services:
             self.cache.close()
         await self.edge.aclose()
 
-    @property
-    def ready(self) -> bool:
-        return self.edge.ready and self.loaded.is_set()
-
     # ----- parts -------------------------------------------------------------------------------
     def _init_store(self) -> None:
         """The update store (recovered by ``LocalModel.for_device``); its bundle's classifier."""

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Literal
-
-Route = Literal["edge", "cloud", "cache"]
+from typing import Any
 
 
 @dataclass(slots=True)
@@ -93,8 +91,6 @@ class Finish:
     timings: dict[str, float] = field(default_factory=dict)
     model: str = ""
 
-
-BackendEvent = TextDelta | Finish
 
 
 @dataclass

@@ -31,6 +31,7 @@ from .metrics import (
     StateCollector,
     StateSources,
     flatten_update_status,
+    safe_call,
 )
 from .monitor import SlaMonitor
 from .sla import MINUTE_S, MinuteRow, evaluate, minute_of, percentile
@@ -405,7 +406,7 @@ class Observability:
         all_ttft = sorted(
             v for r in rows.values() if r.scope == "route" and r.minute >= oldest for v in r.ttft_samples
         )
-        update = _safe_call(src.update_status, {})
+        update = safe_call(src.update_status, {})
         return {
             "generated_at": now,
             "started_at": self.started_at,
@@ -433,9 +434,9 @@ class Observability:
                 "reference_provider": self.prices.reference_name,
             },
             "model": {
-                "version": _safe_call(src.installed_version, None),
-                "loaded": bool(_safe_call(src.model_loaded, False)),
-                "queue_depth": int(_safe_call(src.queue_depth, 0)),
+                "version": safe_call(src.installed_version, None),
+                "loaded": bool(safe_call(src.model_loaded, False)),
+                "queue_depth": int(safe_call(src.queue_depth, 0)),
             },
             "update": self.redact.clean(flatten_update_status(update)),
             "breakers": self._breakers(),
@@ -444,11 +445,3 @@ class Observability:
         }
 
 
-def _safe_call(fn: Callable[[], Any] | None, default: Any) -> Any:
-    if fn is None:
-        return default
-    try:
-        value = fn()
-    except Exception:
-        return default
-    return default if value is None else value

@@ -279,7 +279,7 @@ def flatten_update_status(status: Any) -> dict[str, Any]:
     return out
 
 
-def _safe(fn: Callable[[], Any] | None, default: Any) -> Any:
+def safe_call(fn: Callable[[], Any] | None, default: Any) -> Any:
     """A scrape must never fail because one source did."""
     if fn is None:
         return default
@@ -310,29 +310,29 @@ class StateCollector(Collector):
         yield GaugeMetricFamily(
             f"{ns}_edge_queue_depth",
             "Requests waiting for or running on the edge model.",
-            value=float(_safe(src.queue_depth, 0)),
+            value=float(safe_call(src.queue_depth, 0)),
         )
         yield GaugeMetricFamily(
             f"{ns}_edge_model_loaded",
             "1 when the edge model is loaded and serving.",
-            value=1.0 if _safe(src.model_loaded, False) else 0.0,
+            value=1.0 if safe_call(src.model_loaded, False) else 0.0,
         )
         breaker = GaugeMetricFamily(
             f"{ns}_cloud_breaker_state",
             "1 for the current circuit-breaker state of each provider.",
             labels=["provider", "state"],
         )
-        states: Mapping[str, str] = _safe(src.breaker_states, {})
+        states: Mapping[str, str] = safe_call(src.breaker_states, {})
         for provider, state in sorted(states.items()):
             state = str(state).lower().replace("-", "_")
             for name in BREAKER_STATES if state in BREAKER_STATES else (*BREAKER_STATES, state):
                 breaker.add_metric([_label_value(provider), name], 1.0 if name == state else 0.0)
         yield breaker
-        version = _safe(src.installed_version, "")
+        version = safe_call(src.installed_version, "")
         info = InfoMetricFamily(f"{ns}_model", "The installed edge model bundle.")
         info.add_metric([], {"version": _label_value(version or "none")})
         yield info
-        yield from self._update_metrics(_safe(src.update_status, {}))
+        yield from self._update_metrics(safe_call(src.update_status, {}))
         yield from self._device_metrics(self.device())
 
     def _update_metrics(self, status: Mapping[str, Any]) -> Iterator[Any]:

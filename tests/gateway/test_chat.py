@@ -150,3 +150,15 @@ def test_max_completion_tokens_limits_length(edge_gateway):
         model="edgecloud-edge", messages=ask("Tell me a long story about a dragon."), max_completion_tokens=5)
     assert r.usage.completion_tokens <= 5
     assert r.choices[0].finish_reason == "length"
+
+
+def test_embedded_model_is_the_pinned_file(embedded_model):
+    import hashlib
+
+    from edge.local_model import EMBEDDED_MODEL_SHA256
+
+    digest = hashlib.sha256()
+    with embedded_model.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    assert digest.hexdigest() == EMBEDDED_MODEL_SHA256
