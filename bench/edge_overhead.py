@@ -65,9 +65,11 @@ def summarize(ttfts: list[float], rates: list[float]) -> dict[str, float]:
 
 
 def run_direct(model_path: Path, questions: list[str], max_tokens: int) -> dict[str, Any]:
-    from llama_cpp import Llama
+    from models.llama_runtime import open_llama
 
-    llama = Llama(model_path=str(model_path), verbose=False)  # llama-cpp-python's defaults
+    # llama-cpp-python's defaults, except llama.cpp's AMX kernels off on CPUs that have AMX (they
+    # segfault there: models/llama_runtime.py); elsewhere this is exactly ``Llama(model_path)``.
+    llama = open_llama(model_path, verbose=False)
     ttfts, rates = [], []
     for i, q in enumerate([questions[0], *questions]):
         messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": q}]

@@ -72,6 +72,9 @@ class EdgeModelConfig(BaseModel):
     kv_cache_type: Literal["f16", "q8_0", "q4_0"] = "f16"
     use_mlock: bool = False
     warmup: bool = True
+    # llama.cpp's CPU weight repacking ("extra buffer types": AMX, CPU_REPACK, KleidiAI). "auto" turns it
+    # off on CPUs with AMX, whose llama.cpp kernel segfaults on the first token (models/llama_runtime.py).
+    extra_buffer_types: Literal["auto", "on", "off"] = "auto"
 
 
 class RouterConfig(BaseModel):

@@ -199,16 +199,19 @@ class LocalModel:
             self.loading = False
 
     def _load_blocking(self, path: Path, version: str) -> LoadedModel:
-        from llama_cpp import Llama, llama_cpp
+        from llama_cpp import llama_cpp
         from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+        from models.llama_runtime import open_llama
 
         if not path.is_file():
             raise FileNotFoundError(f"model file not found: {path}")
         cfg = self.config
         threads = cfg.n_threads or default_threads()
         started = time.perf_counter()
-        llama = Llama(
-            model_path=str(path),
+        llama = open_llama(
+            path,
+            extra_buffer_types=cfg.extra_buffer_types,
             n_ctx=cfg.n_ctx,
             n_threads=threads,
             n_threads_batch=cfg.n_threads_batch or threads,

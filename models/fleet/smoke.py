@@ -26,9 +26,9 @@ class SmokeResult:
 
 
 def _check_gguf(path: Path) -> str:
-    from llama_cpp import Llama
+    from models.llama_runtime import open_llama
 
-    llm = Llama(model_path=str(path), n_ctx=128, n_threads=1, n_batch=16, verbose=False)
+    llm = open_llama(path, n_ctx=128, n_threads=1, n_batch=16, verbose=False)
     out = llm.create_completion("Hello", max_tokens=1, temperature=0.0)
     text = out["choices"][0]["text"]
     if out["usage"]["completion_tokens"] < 1:

@@ -35,9 +35,9 @@ class LlamaActivator:
         self.answers_during_swap: list[str] = []
 
     def _load(self, path: Path):
-        from llama_cpp import Llama
+        from models.llama_runtime import open_llama
 
-        return Llama(model_path=str(path), n_ctx=128, n_threads=1, verbose=False)
+        return open_llama(path, n_ctx=128, n_threads=1, verbose=False)
 
     async def activate(self, version: InstalledVersion) -> None:
         gguf = version.artifacts.get("gguf")
