@@ -60,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
         port=server.port,
         loop="auto",
         http=guarded_protocol(server.header_timeout_s),
+        ws="none",  # no WebSocket endpoints: skips importing wsproto/websockets at start-up
         log_config=None,
         access_log=False,  # one structured line per request comes from the gateway itself
         limit_concurrency=None,  # requests in flight are limited in the app (edge/limits.py)
