@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from models.store import ModelStore
 
 if TYPE_CHECKING:  # the agent pulls in tuf and its crypto: imported when a command runs, not at
-    # `edgecloud serve`, whose parser registers these commands too (-200 ms and ~10 MB at start-up)
+    # `edgecloud serve`, whose parser registers these commands too (-200 ms at start-up)
     from models.fleet.agent import UpdateAgent, UpdateResult
 
 EXIT_CODES = {"updated": 0, "up_to_date": 0, "skipped": 3, "failed": 1, "rolled_back": 2}
