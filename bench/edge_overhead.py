@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -76,18 +77,25 @@ def _direct_session(model_path: Path) -> Any:
 
     def one(question: str, max_tokens: int) -> tuple[float | None, float | None]:
         messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]
-        started = time.perf_counter()
-        first = last = None
-        n = 0
-        for chunk in llama.create_chat_completion(messages, stream=True, max_tokens=max_tokens, temperature=0.0):
-            if chunk["choices"][0]["delta"].get("content"):
-                now = time.perf_counter()
-                first = first or now
-                last = now
-                n += 1
-        return _measure(started, first, last, n)
+        chunks = llama.create_chat_completion(messages, stream=True, max_tokens=max_tokens, temperature=0.0)
+        return _time_stream(chunk["choices"][0]["delta"].get("content") for chunk in chunks)
 
     return one
+
+
+def _time_stream(contents: Iterator[str | None]) -> tuple[float | None, float | None]:
+    """TTFT (ms) and decode tokens/s of a lazy stream of content deltas, timed from its first pull
+    (which is when the request starts: both sessions hand over unstarted generators)."""
+    started = time.perf_counter()
+    first = last = None
+    n = 0
+    for text in contents:
+        if text:
+            now = time.perf_counter()
+            first = first or now
+            last = now
+            n += 1
+    return _measure(started, first, last, n)
 
 
 def _measure(started: float, first: float | None, last: float | None, n: int) -> tuple[float | None, float | None]:
@@ -103,25 +111,19 @@ def _http_session(base: str, model: str) -> Any:
 
     client = httpx.Client(base_url=base, timeout=60)
 
-    def one(question: str, max_tokens: int) -> tuple[float | None, float | None]:
+    def contents(question: str, max_tokens: int) -> Iterator[str | None]:
         body = {"model": model, "stream": True, "max_tokens": max_tokens, "temperature": 0.0,
                 "stream_options": {"include_usage": True},
                 "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]}
-        started = time.perf_counter()
-        first = last = None
-        n = 0
         with client.stream("POST", "/v1/chat/completions", json=body) as r:
             r.raise_for_status()
             for line in r.iter_lines():
-                if not line.startswith("data: {"):
-                    continue
-                choices = json.loads(line[6:]).get("choices") or [{}]
-                if (choices[0].get("delta") or {}).get("content"):
-                    now = time.perf_counter()
-                    first = first or now
-                    last = now
-                    n += 1
-        return _measure(started, first, last, n)
+                if line.startswith("data: {"):
+                    choices = json.loads(line[6:]).get("choices") or [{}]
+                    yield (choices[0].get("delta") or {}).get("content")
+
+    def one(question: str, max_tokens: int) -> tuple[float | None, float | None]:
+        return _time_stream(contents(question, max_tokens))
 
     return one
 

@@ -73,6 +73,14 @@ Send = Callable[[Message], Awaitable[None]]
 _Z99 = 2.3263478740408408  # standard normal quantile at 0.99
 
 
+def ttft_lognormal(p50_s: float, p99_s: float, peak: bool = False) -> tuple[float, float]:
+    """(mu, sigma) of the latency model's lognormal TTFT through ``p50_s`` and ``p99_s``; peak hours
+    spread it 1.5x (a heavier tail, same median). The benchmark's P99 bound uses the same fit."""
+    mu = math.log(p50_s)
+    sigma = max(1e-6, (math.log(p99_s) - mu) / _Z99)
+    return mu, sigma * (1.5 if peak else 1.0)
+
+
 @dataclass
 class FakeCloudConfig:
     """What the fake does; mutable, read per request."""
@@ -111,11 +119,7 @@ class FakeCloudConfig:
 
     def ttft_sample(self, rng: random.Random) -> float:
         """One TTFT from the lognormal with the configured median and P99 (heavier tail at peak)."""
-        mu = math.log(self.ttft_p50_s)
-        sigma = max(1e-6, (math.log(self.ttft_p99_s) - mu) / _Z99)
-        if self.peak:
-            sigma *= 1.5
-        return rng.lognormvariate(mu, sigma)
+        return rng.lognormvariate(*ttft_lognormal(self.ttft_p50_s, self.ttft_p99_s, self.peak))
 
 
 @dataclass

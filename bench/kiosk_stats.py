@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from bench.fake_cloud import ttft_lognormal
+
 ROUTES = ("edge", "cloud", "cache")
 
 
@@ -135,9 +137,6 @@ def _cut(base: float | None, new: float | None) -> float | None:
     return round(1.0 - new / base, 4)
 
 
-_Z99 = 2.3263478740408408  # standard normal quantile at 0.99 (as in bench/fake_cloud.py)
-
-
 def p99_floor_s(cloud_share: float, ttft_p50_s: float, ttft_p99_s: float, peak: bool = False) -> float:
     """The lowest overall TTFT P99 that any routing or caching can reach when ``cloud_share`` of the
     requests must be answered by the cloud (complex and multi-turn ones): even if every other answer
@@ -146,8 +145,7 @@ def p99_floor_s(cloud_share: float, ttft_p50_s: float, ttft_p99_s: float, peak: 
     latency model (lognormal through the configured P50 and P99; 1.5x the spread at peak)."""
     if cloud_share <= 0.01:
         return 0.0
-    mu = math.log(ttft_p50_s)
-    sigma = max(1e-6, (math.log(ttft_p99_s) - mu) / _Z99) * (1.5 if peak else 1.0)
+    mu, sigma = ttft_lognormal(ttft_p50_s, ttft_p99_s, peak)
     return math.exp(mu + sigma * NormalDist().inv_cdf(1.0 - 0.01 / cloud_share))
 
 
