@@ -25,7 +25,6 @@ async def _answer(edge: LocalModel, **kwargs: object) -> str:
     async for event in edge.generate(req):
         if isinstance(event, TextDelta):
             parts.append(event.text)
-        assert not isinstance(event, BaseException)
     assert isinstance(event, Finish)
     return "".join(parts)
 
@@ -48,9 +47,8 @@ def test_chains_are_reused_and_answers_unchanged(monkeypatch: pytest.MonkeyPatch
         assert len(built) == 1  # one chain for the three greedy requests
         seeded = [await _answer(edge, temperature=1.0, seed=1234) for _ in range(2)]
         assert seeded[0] == seeded[1]  # a reset chain draws exactly like a new one with that seed
-        other = await _answer(edge, temperature=1.0, seed=99)
+        await _answer(edge, temperature=1.0, seed=99)
         assert len(built) == 3  # new settings or seed: a new chain
-        assert other is not None
         await edge.aclose()
 
     asyncio.run(scenario())
