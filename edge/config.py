@@ -76,6 +76,10 @@ class EdgeModelConfig(BaseModel):
     # and save a quarter of the cache: -11 MB at n_ctx 2048 on the embedded model. None: kv_cache_type.
     kv_cache_type_k: Literal["f16", "q8_0", "q4_0"] | None = "q8_0"
     use_mlock: bool = False
+    # llama.cpp zero-fills the whole KV cache at load, which makes all of it resident (34 MB here) before
+    # the first token. True gives those zero pages back, so the cache's memory grows with the context
+    # actually used (edge/zero_pages.py). CPU-only contexts on Linux; GPU offload is left alone.
+    lazy_kv_memory: bool = True
     warmup: bool = True
     # llama.cpp's CPU weight repacking ("extra buffer types": AMX, CPU_REPACK, KleidiAI). "auto" turns it
     # off on CPUs with AMX, whose llama.cpp kernel segfaults on the first token (models/llama_runtime.py).

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import zero_pages
 from .config import EdgeModelConfig
 from .errors import APIError, overloaded, unavailable
 from .types import ChatRequest, Finish, TextDelta, Usage
@@ -82,6 +83,7 @@ class LoadedModel:
     template_tokens_base: int = 0
     template_tokens_per_message: int = 0
     template_tokens_default_system: int = 0
+    kv_bytes_released: int = 0  # the KV cache's zero pages given back at load (edge/zero_pages.py)
 
     @property
     def name(self) -> str:
@@ -217,6 +219,8 @@ class LocalModel:
         cfg = self.config
         threads = cfg.n_threads or default_threads()
         started = time.perf_counter()
+        lazy_kv = cfg.lazy_kv_memory and cfg.n_gpu_layers == 0 and zero_pages.supported()
+        before = zero_pages.anonymous_mappings() if lazy_kv else set()
         llama = open_llama(
             path,
             extra_buffer_types=cfg.extra_buffer_types,
@@ -232,6 +236,9 @@ class LocalModel:
             use_mlock=cfg.use_mlock,
             verbose=False,
         )
+        # Before the context's first decode (edge/zero_pages.py): the KV cache's zeros go back to the kernel.
+        kv_released = zero_pages.release_new_zero_runs(before) if lazy_kv else 0
+        _shrink_batch(llama)
         meta = llama.metadata
         template = meta.get("tokenizer.chat_template")
         if cfg.chat_format or not template:
@@ -254,6 +261,7 @@ class LocalModel:
 
         _reuse_samplers(llama)
         loaded = LoadedModel(llama, path, version, formatter, eog, llama.n_ctx(), 0.0)
+        loaded.kv_bytes_released = kv_released
         def count(*roles: str) -> int:
             return len(self._prompt_tokens(loaded, [{"role": r, "content": ""} for r in roles]))
 
@@ -478,6 +486,23 @@ class LocalModel:
             log.exception("edge generation failed")
             job.put(APIError(500, f"The on-device model failed: {type(exc).__name__}", "server_error",
                              None, "edge_generation_error"))
+
+
+def _shrink_batch(llama: Any) -> None:
+    """Replace llama-cpp-python's token batch with one sized for the one sequence we decode.
+
+    ``Llama`` builds its batch with ``n_seq_max = n_ctx``: every one of its ``n_batch`` slots gets room
+    for 2048 sequence ids, 4 MB of which glibc keeps about 2 MB resident, for a runner that only ever
+    decodes sequence 0. The old batch is freed now (its later close is a no-op); the new one is
+    closed with the model.
+    """
+    from llama_cpp._internals import LlamaBatch
+
+    old = llama._batch
+    llama._batch = llama._stack.enter_context(
+        contextlib.closing(LlamaBatch(n_tokens=llama.n_batch, embd=0, n_seq_max=1, verbose=False))
+    )
+    old.close()
 
 
 def _reuse_samplers(llama: Any, keep: int = 8) -> None:

@@ -1,0 +1,144 @@
+"""The KV cache's zero pages go back to the kernel at load (edge/zero_pages.py), and nothing else does.
+
+First on memory this test maps itself (what is released, what is kept, contents unchanged), then on
+the real runner with the embedded model: the released bytes cover the KV cache, and answers, short
+and long, are the same token for token as with the feature off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import mmap
+from pathlib import Path
+
+import pytest
+
+from edge import zero_pages
+from edge.config import EdgeModelConfig
+from edge.local_model import LocalModel, find_embedded_model
+from edge.types import ChatRequest, Finish, Message, TextDelta
+
+PAGE = zero_pages.PAGE
+MIB = 1024 * 1024
+
+pytestmark = pytest.mark.skipif(not zero_pages.supported(), reason="Linux with 4 KiB pages only")
+
+
+def _private_anonymous(size: int) -> tuple[mmap.mmap, int]:
+    region = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    address = ctypes.addressof(ctypes.c_char.from_buffer(region))
+    return region, address
+
+
+def _resident_pages(address: int, size: int) -> list[bool]:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_ubyte)]
+    vec = (ctypes.c_ubyte * (size // PAGE))()
+    assert libc.mincore(address, size, vec) == 0
+    return [bool(v & 1) for v in vec]
+
+
+def test_new_zero_runs_are_released_and_contents_kept() -> None:
+    before = zero_pages.anonymous_mappings()
+    size = 16 * MIB
+    region, address = _private_anonymous(size)
+    try:
+        region[:] = bytes(size)  # every page written: resident, as after llama.cpp's clear
+        region[0:4] = b"head"
+        region[10 * MIB : 10 * MIB + 4] = b"mark"  # splits the zeros into a 10 MiB and a 6 MiB run
+        region[13 * MIB + 5] = 1  # ... and the second one into 3 MiB (too short) and 3 MiB
+        assert all(_resident_pages(address, size))
+
+        released = zero_pages.release_new_zero_runs(before, min_run=4 * MIB)
+
+        assert released == 10 * MIB - PAGE  # the first page holds "head"
+        resident = _resident_pages(address, size)
+        assert resident[0] and not any(resident[1 : 10 * MIB // PAGE])
+        assert all(resident[10 * MIB // PAGE :])  # short runs stay as they are
+        # Contents are what they were: released pages read as the zeros they held.
+        assert region[0:4] == b"head" and region[10 * MIB : 10 * MIB + 4] == b"mark"
+        assert region[13 * MIB + 5] == 1
+        assert region[PAGE : 10 * MIB] == bytes(10 * MIB - PAGE)
+        region[5 * MIB] = 7  # and they are ordinary memory again
+        assert region[5 * MIB] == 7
+    finally:
+        region.close()
+
+
+def test_mappings_from_before_the_snapshot_are_left_alone() -> None:
+    size = 8 * MIB
+    region, address = _private_anonymous(size)
+    try:
+        region[:] = bytes(size)
+        before = zero_pages.anonymous_mappings()
+        assert zero_pages.release_new_zero_runs(before, min_run=4 * MIB) == 0
+        assert all(_resident_pages(address, size))
+    finally:
+        region.close()
+
+
+def test_anonymous_mappings_reads_only_private_unnamed_writable(tmp_path: Path) -> None:
+    maps = tmp_path / "maps"
+    maps.write_text(
+        "7f0000000000-7f0000400000 rw-p 00000000 00:00 0 \n"
+        "7f0000400000-7f0000800000 rw-s 00000000 00:01 12 /dev/zero (deleted)\n"
+        "7f0000800000-7f0000900000 r-xp 00000000 08:01 99 /usr/lib/libc.so.6\n"
+        "55d000000000-55d000100000 rw-p 00000000 00:00 0 [heap]\n"
+        "7f0000900000-7f0000a00000 r--p 00000000 00:00 0 \n"
+    )
+    assert zero_pages.anonymous_mappings(maps) == {(0x7F0000000000, 0x7F0000400000)}
+
+
+# ----- the real runner ---------------------------------------------------------------------------
+needs_model = pytest.mark.skipif(find_embedded_model() is None, reason="embedded model not installed")
+
+
+async def _answer(edge: LocalModel, text: str, max_tokens: int) -> tuple[str, Finish]:
+    req = ChatRequest(messages=[Message("user", text)], max_tokens=max_tokens, temperature=0.0)
+    parts = []
+    async for event in edge.generate(req):
+        if isinstance(event, TextDelta):
+            parts.append(event.text)
+    assert isinstance(event, Finish)
+    return "".join(parts), event
+
+
+@needs_model
+def test_runner_releases_the_kv_cache_and_answers_the_same() -> None:
+    long_question = "Which gate does the evening flight to Lisbon leave from? " * 60  # ~800 tokens
+
+    async def run(lazy: bool) -> tuple[int, list[str]]:
+        edge = LocalModel(EdgeModelConfig(n_ctx=2048, lazy_kv_memory=lazy))
+        await edge.load()
+        assert edge.model is not None, edge.load_error
+        answers = []
+        for text, n in (("Where is the taxi rank?", 24), (long_question, 16), ("Where is the pharmacy?", 24)):
+            answer, finish = await _answer(edge, text, n)
+            assert finish.finish_reason in ("stop", "length")
+            answers.append(answer)
+        released = edge.model.kv_bytes_released
+        await edge.aclose()
+        return released, answers
+
+    async def scenario() -> None:
+        released, lazy_answers = await run(True)
+        # SmolLM2-135M: 30 layers x (192 q8_0 key + 192 f16 value numbers) per cell, 2048 cells = 34 MB.
+        assert released >= 30 * MIB
+        off, eager_answers = await run(False)
+        assert off == 0
+        assert lazy_answers == eager_answers and all(lazy_answers)
+
+    asyncio.run(scenario())
+
+
+@needs_model
+def test_gpu_offload_is_left_alone() -> None:
+    async def scenario() -> None:
+        edge = LocalModel(EdgeModelConfig(n_ctx=512, n_gpu_layers=-1))  # a CPU build ignores the offload
+        await edge.load()
+        assert edge.model is not None, edge.load_error
+        assert edge.model.kv_bytes_released == 0
+        await edge.aclose()
+
+    asyncio.run(scenario())
