@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import platform
+import random
 import socket
 import statistics
 import subprocess
@@ -66,6 +67,22 @@ def summarize(ttfts: list[float], rates: list[float]) -> dict[str, float]:
         "decode_tps_p50": statistics.median(rates),
         "decode_tps_min": min(rates),
     }
+
+
+def paired_ratio(ours: list[float | None], theirs: list[float | None], resamples: int = 2000,
+                 seed: int = 0) -> dict[str, Any]:
+    """Median of the per-prompt ratios ours/theirs, with a bootstrap 95% confidence interval.
+
+    The targets answer each prompt back to back, so a ratio per prompt cancels most of the VM's drift
+    and the prompts' own spread; the interval says whether "0.98x" differs from 1.0x or is noise.
+    """
+    ratios = [a / b for a, b in zip(ours, theirs, strict=True) if a is not None and b is not None and b > 0]
+    if not ratios:
+        return {"median": None, "ci95": [None, None], "n": 0}
+    draw = random.Random(seed)
+    medians = sorted(statistics.median(draw.choices(ratios, k=len(ratios))) for _ in range(resamples))
+    return {"median": statistics.median(ratios),
+            "ci95": [percentile(medians, 0.025), percentile(medians, 0.975)], "n": len(ratios)}
 
 
 def _direct_session(model_path: Path) -> Any:
@@ -222,12 +239,18 @@ def main(argv: list[str] | None = None) -> int:
             for one in sessions.values():  # warm-up: the first request prefills the system prompt
                 one(questions[0], args.max_tokens)
             samples: dict[str, dict[str, list[float]]] = {k: {"ttft_ms": [], "decode_tps": []} for k in sessions}
+            # The same figures in prompt order, None where a stream gave none, so that two targets'
+            # answers to one prompt in one round can be compared with each other (paired_ratio).
+            paired: dict[str, dict[str, list[float | None]]] = {k: {"ttft_ms": [], "decode_tps": []}
+                                                                for k in sessions}
             # Interleaved: every round runs each target on every prompt, so a drift of the machine's
             # speed (this VM's moves 20-30% within minutes) hits all targets alike.
             for _ in range(args.rounds):
                 for q in questions:
                     for name, one in sessions.items():
                         ttft, rate = one(q, args.max_tokens)
+                        paired[name]["ttft_ms"].append(ttft)
+                        paired[name]["decode_tps"].append(rate)
                         if ttft is not None:
                             samples[name]["ttft_ms"].append(ttft)
                         if rate is not None:
@@ -245,11 +268,15 @@ def main(argv: list[str] | None = None) -> int:
             ratios[f"ttft_p50_gateway_over_{peer}"] = results["gateway"]["ttft_ms_p50"] / results[peer]["ttft_ms_p50"]
             ratios[f"decode_tps_p50_gateway_over_{peer}"] = (
                 results["gateway"]["decode_tps_p50"] / results[peer]["decode_tps_p50"])
+    paired_ratios = {
+        f"{figure}_gateway_over_{peer}": paired_ratio(paired["gateway"][figure], paired[peer][figure])
+        for peer in ("llama_server", "direct") if peer in paired for figure in ("ttft_ms", "decode_tps")
+    }
     report = {
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
                     "processor": _cpu_model()},
         "model": model.name, "prompts": len(questions), "rounds": args.rounds, "max_tokens": args.max_tokens,
-        "results": results, "servers": servers, "ratios": ratios,
+        "results": results, "servers": servers, "ratios": ratios, "paired_ratios": paired_ratios,
         "targets": {"gateway_ready_s_max": 1.5, "gateway_rss_mb_max": 260,
                     "ttft_and_decode": "gateway at least matches llama-server (ratios measured in this run)"},
     }
@@ -262,6 +289,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{labels[name]:28}{r['ttft_ms_p50']:12.1f}{r['ttft_ms_p90']:12.1f}{r['decode_tps_p50']:18.1f}")
     for key, value in ratios.items():
         print(f"{key}: {value:.2f}x")
+    for key, one in paired_ratios.items():
+        if one["n"]:
+            print(f"paired {key}: median {one['median']:.3f}x, 95% CI {one['ci95'][0]:.3f}-{one['ci95'][1]:.3f}x "
+                  f"over {one['n']} prompt pairs")
     for name, info in servers.items():
         print(f"{labels[name]}: ready in {info['ready_s']:.2f} s, RSS {info['rss_mb_ready']:.0f} MB at ready, "
               f"{info['rss_mb_after']:.0f} MB after the run")

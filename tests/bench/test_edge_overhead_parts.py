@@ -1,0 +1,27 @@
+"""The edge benchmark's paired ratio: per-prompt ratios, their median, a bootstrap interval."""
+
+from __future__ import annotations
+
+from bench.edge_overhead import paired_ratio
+
+
+def test_equal_targets_give_one_with_a_tight_interval() -> None:
+    same = [100.0, 110.0, 95.0, 120.0] * 5
+    result = paired_ratio(same, same)
+    assert result == {"median": 1.0, "ci95": [1.0, 1.0], "n": 20}
+
+
+def test_prompts_without_a_figure_are_left_out_of_the_pairs() -> None:
+    result = paired_ratio([1.0, None, 2.0, 4.0], [2.0, 3.0, None, 4.0])
+    assert result["n"] == 2 and result["median"] == 0.75
+
+
+def test_a_steady_lead_shows_as_an_interval_above_one() -> None:
+    theirs = [float(v) for v in range(80, 120)]
+    ours = [v * 1.05 + (1 if i % 2 else -1) for i, v in enumerate(theirs)]  # 5% faster, with noise
+    result = paired_ratio(ours, theirs)
+    assert 1.0 < result["ci95"][0] <= result["median"] <= result["ci95"][1]
+
+
+def test_no_pairs_at_all() -> None:
+    assert paired_ratio([None], [1.0]) == {"median": None, "ci95": [None, None], "n": 0}
