@@ -220,7 +220,7 @@ class LocalModel:
         threads = cfg.n_threads or default_threads()
         started = time.perf_counter()
         lazy_kv = cfg.lazy_kv_memory and cfg.n_gpu_layers == 0 and zero_pages.supported()
-        before = zero_pages.anonymous_mappings() if lazy_kv else set()
+        before = zero_pages.snapshot() if lazy_kv else None
         llama = open_llama(
             path,
             extra_buffer_types=cfg.extra_buffer_types,
@@ -237,7 +237,7 @@ class LocalModel:
             verbose=False,
         )
         # Before the context's first decode (edge/zero_pages.py): the KV cache's zeros go back to the kernel.
-        kv_released = zero_pages.release_new_zero_runs(before) if lazy_kv else 0
+        kv_released = zero_pages.release_new_zero_runs(before)
         _shrink_batch(llama)
         meta = llama.metadata
         template = meta.get("tokenizer.chat_template")

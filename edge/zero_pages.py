@@ -58,6 +58,15 @@ def anonymous_mappings(maps: Path = Path("/proc/self/maps")) -> set[Mapping]:
     return found
 
 
+def snapshot(maps: Path = Path("/proc/self/maps")) -> set[Mapping] | None:
+    """``anonymous_mappings``, or None where they cannot be read (then nothing will be released)."""
+    try:
+        return anonymous_mappings(maps)
+    except (OSError, ValueError) as exc:
+        log.debug("no memory map to compare with, zero pages stay: %s", exc)
+        return None
+
+
 def _libc() -> ctypes.CDLL:
     libc = ctypes.CDLL(None, use_errno=True)
     libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_ubyte)]
@@ -92,11 +101,14 @@ def zero_runs(low: int, high: int, min_run: int = MIN_RUN, libc: ctypes.CDLL | N
     return runs
 
 
-def release_new_zero_runs(before: set[Mapping], min_run: int = MIN_RUN) -> int:
+def release_new_zero_runs(before: set[Mapping] | None, min_run: int = MIN_RUN) -> int:
     """Drop the zero runs of the anonymous mappings that are new since ``before``; bytes released.
 
     Call it on the thread that just created the context, before that context's first decode.
+    ``before`` None (no snapshot could be taken) releases nothing.
     """
+    if before is None:
+        return 0
     try:
         libc = _libc()
         released = 0
@@ -110,4 +122,4 @@ def release_new_zero_runs(before: set[Mapping], min_run: int = MIN_RUN) -> int:
         return 0
 
 
-__all__ = ["MIN_RUN", "PAGE", "anonymous_mappings", "release_new_zero_runs", "supported", "zero_runs"]
+__all__ = ["MIN_RUN", "PAGE", "anonymous_mappings", "release_new_zero_runs", "snapshot", "supported", "zero_runs"]

@@ -90,6 +90,11 @@ def test_anonymous_mappings_reads_only_private_unnamed_writable(tmp_path: Path) 
     assert zero_pages.anonymous_mappings(maps) == {(0x7F0000000000, 0x7F0000400000)}
 
 
+def test_no_memory_map_means_nothing_is_released(tmp_path: Path) -> None:
+    assert zero_pages.snapshot(tmp_path / "missing") is None
+    assert zero_pages.release_new_zero_runs(None) == 0
+
+
 # ----- the real runner ---------------------------------------------------------------------------
 needs_model = pytest.mark.skipif(find_embedded_model() is None, reason="embedded model not installed")
 
