@@ -147,3 +147,20 @@ def test_gpu_offload_is_left_alone() -> None:
         await edge.aclose()
 
     asyncio.run(scenario())
+
+
+@needs_model
+def test_a_hot_swap_releases_the_new_context_too() -> None:
+    async def scenario() -> None:
+        edge = LocalModel(EdgeModelConfig(n_ctx=2048))
+        await edge.load()
+        assert edge.model is not None, edge.load_error
+        before, _ = await _answer(edge, "Where is the taxi rank?", 16)
+        await edge.swap(Path(str(edge.model_path)), "same-file-again")  # read beside the old model
+        assert edge.model.version == "same-file-again"
+        assert edge.model.kv_bytes_released >= 30 * MIB
+        after, _ = await _answer(edge, "Where is the taxi rank?", 16)
+        assert after == before and after
+        await edge.aclose()
+
+    asyncio.run(scenario())
