@@ -78,7 +78,7 @@ class EdgeModelConfig(BaseModel):
     use_mlock: bool = False
     # llama.cpp zero-fills the whole KV cache at load, which makes all of it resident (34 MB here) before
     # the first token. True gives those zero pages back, so the cache's memory grows with the context
-    # actually used (edge/zero_pages.py). CPU-only contexts on Linux; GPU offload is left alone.
+    # actually used (edge/zero_pages.py). Linux, CPU-only builds of llama.cpp; GPU builds are left alone.
     lazy_kv_memory: bool = True
     warmup: bool = True
     # llama.cpp's CPU weight repacking ("extra buffer types": AMX, CPU_REPACK, KleidiAI). "auto" turns it

@@ -219,7 +219,9 @@ class LocalModel:
         cfg = self.config
         threads = cfg.n_threads or default_threads()
         started = time.perf_counter()
-        lazy_kv = cfg.lazy_kv_memory and cfg.n_gpu_layers == 0 and zero_pages.supported()
+        # CPU builds only: with a GPU backend, even a CPU context may use the driver's pinned host buffers.
+        lazy_kv = (cfg.lazy_kv_memory and cfg.n_gpu_layers == 0 and not llama_cpp.llama_supports_gpu_offload()
+                   and zero_pages.supported())
         before = zero_pages.snapshot() if lazy_kv else None
         llama = open_llama(
             path,

@@ -15,8 +15,8 @@ What makes it safe:
   ``min_run`` bytes (4 MiB): a cleared buffer, not a page of some other allocation that happens to be
   zero for a moment.
 - It runs before the context's first decode, when nothing else has the buffer's address.
-- Linux and CPU-only contexts only (a GPU offload's host buffers are registered with the driver), and
-  any failure leaves memory as it was: the result is then 0.
+- Linux and CPU-only llama.cpp builds only (the runner checks; a GPU backend's pinned host buffers
+  belong to the driver), and any failure leaves memory as it was: the result is then 0.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ import ctypes
 import mmap
 from pathlib import Path
 
+import llama_cpp
 import pytest
 
 from edge import zero_pages
@@ -97,6 +98,7 @@ def test_no_memory_map_means_nothing_is_released(tmp_path: Path) -> None:
 
 # ----- the real runner ---------------------------------------------------------------------------
 needs_model = pytest.mark.skipif(find_embedded_model() is None, reason="embedded model not installed")
+cpu_build = pytest.mark.skipif(llama_cpp.llama_supports_gpu_offload(), reason="lazy KV memory is for CPU builds")
 
 
 async def _answer(edge: LocalModel, text: str, max_tokens: int) -> tuple[str, Finish]:
@@ -110,6 +112,7 @@ async def _answer(edge: LocalModel, text: str, max_tokens: int) -> tuple[str, Fi
 
 
 @needs_model
+@cpu_build
 def test_runner_releases_the_kv_cache_and_answers_the_same() -> None:
     long_question = "Which gate does the evening flight to Lisbon leave from? " * 60  # ~800 tokens
 
@@ -138,9 +141,14 @@ def test_runner_releases_the_kv_cache_and_answers_the_same() -> None:
 
 
 @needs_model
-def test_gpu_offload_is_left_alone() -> None:
+@pytest.mark.parametrize("gpu_build", [False, True])
+def test_gpu_offload_and_gpu_builds_are_left_alone(gpu_build: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    if gpu_build:  # a CUDA build (the Jetson's), even with no layer offloaded: pinned host buffers
+        monkeypatch.setattr(llama_cpp.llama_cpp, "llama_supports_gpu_offload", lambda: True)
+
     async def scenario() -> None:
-        edge = LocalModel(EdgeModelConfig(n_ctx=512, n_gpu_layers=-1))  # a CPU build ignores the offload
+        layers = 0 if gpu_build else -1  # a CPU build ignores the offload itself
+        edge = LocalModel(EdgeModelConfig(n_ctx=512, n_gpu_layers=layers))
         await edge.load()
         assert edge.model is not None, edge.load_error
         assert edge.model.kv_bytes_released == 0
@@ -150,6 +158,7 @@ def test_gpu_offload_is_left_alone() -> None:
 
 
 @needs_model
+@cpu_build
 def test_a_hot_swap_releases_the_new_context_too() -> None:
     async def scenario() -> None:
         edge = LocalModel(EdgeModelConfig(n_ctx=2048))
