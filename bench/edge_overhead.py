@@ -238,9 +238,8 @@ def main(argv: list[str] | None = None) -> int:
                 sessions["direct"] = _direct_session(model)
             for one in sessions.values():  # warm-up: the first request prefills the system prompt
                 one(questions[0], args.max_tokens)
-            samples: dict[str, dict[str, list[float]]] = {k: {"ttft_ms": [], "decode_tps": []} for k in sessions}
-            # The same figures in prompt order, None where a stream gave none, so that two targets'
-            # answers to one prompt in one round can be compared with each other (paired_ratio).
+            # Figures in prompt order, None where a stream gave none, so that two targets' answers to one
+            # prompt in one round can be compared with each other (paired_ratio).
             paired: dict[str, dict[str, list[float | None]]] = {k: {"ttft_ms": [], "decode_tps": []}
                                                                 for k in sessions}
             # Interleaved: every round runs each target on every prompt, so a drift of the machine's
@@ -251,16 +250,14 @@ def main(argv: list[str] | None = None) -> int:
                         ttft, rate = one(q, args.max_tokens)
                         paired[name]["ttft_ms"].append(ttft)
                         paired[name]["decode_tps"].append(rate)
-                        if ttft is not None:
-                            samples[name]["ttft_ms"].append(ttft)
-                        if rate is not None:
-                            samples[name]["decode_tps"].append(rate)
             for info in servers.values():
                 info["rss_mb_after"] = _rss_mb(int(info.pop("pid")))
         finally:
             for proc in procs:
                 proc.terminate()
                 proc.wait(10)
+    samples = {name: {figure: [v for v in values if v is not None] for figure, values in figures.items()}
+               for name, figures in paired.items()}
     results = {name: {**summarize(s["ttft_ms"], s["decode_tps"]), **s} for name, s in samples.items()}
     ratios: dict[str, float] = {}
     for peer in ("llama_server", "direct"):

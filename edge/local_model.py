@@ -262,8 +262,7 @@ class LocalModel:
             return bool(llama_cpp.llama_vocab_is_eog(vocab, token))
 
         _reuse_samplers(llama)
-        loaded = LoadedModel(llama, path, version, formatter, eog, llama.n_ctx(), 0.0)
-        loaded.kv_bytes_released = kv_released
+        loaded = LoadedModel(llama, path, version, formatter, eog, llama.n_ctx(), 0.0, kv_bytes_released=kv_released)
         def count(*roles: str) -> int:
             return len(self._prompt_tokens(loaded, [{"role": r, "content": ""} for r in roles]))
 

@@ -117,3 +117,15 @@ def run_gateway(settings: Settings, wait_ready: bool = True, ready_timeout: floa
         yield handle
     finally:
         handle.stop()
+
+
+async def edge_answer(edge: Any, text: str, **fields: Any) -> tuple[str, Any]:
+    """One user question straight to a ``LocalModel`` (no HTTP): the answer's text and its ``Finish``."""
+    from edge.types import ChatRequest, Finish, Message, TextDelta
+
+    parts = []
+    async for event in edge.generate(ChatRequest(messages=[Message("user", text)], **fields)):
+        if isinstance(event, TextDelta):
+            parts.append(event.text)
+    assert isinstance(event, Finish)
+    return "".join(parts), event

@@ -14,19 +14,14 @@ import pytest
 
 from edge.config import EdgeModelConfig
 from edge.local_model import LocalModel, find_embedded_model
-from edge.types import ChatRequest, Finish, Message, TextDelta
+from tests.harness import edge_answer
 
 pytestmark = pytest.mark.skipif(find_embedded_model() is None, reason="embedded model not installed")
 
 
-async def _answer(edge: LocalModel, **kwargs: object) -> str:
-    req = ChatRequest(messages=[Message("user", "Tell me about the mall.")], max_tokens=12, **kwargs)  # type: ignore[arg-type]
-    parts = []
-    async for event in edge.generate(req):
-        if isinstance(event, TextDelta):
-            parts.append(event.text)
-    assert isinstance(event, Finish)
-    return "".join(parts)
+async def _answer(edge: LocalModel, **fields: object) -> str:
+    text, _ = await edge_answer(edge, "Tell me about the mall.", max_tokens=12, **fields)
+    return text
 
 
 def test_chains_are_reused_and_answers_unchanged(monkeypatch: pytest.MonkeyPatch) -> None:

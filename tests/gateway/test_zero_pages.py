@@ -18,7 +18,7 @@ import pytest
 from edge import zero_pages
 from edge.config import EdgeModelConfig
 from edge.local_model import LocalModel, find_embedded_model
-from edge.types import ChatRequest, Finish, Message, TextDelta
+from tests.harness import edge_answer
 
 PAGE = zero_pages.PAGE
 MIB = 1024 * 1024
@@ -33,8 +33,7 @@ def _private_anonymous(size: int) -> tuple[mmap.mmap, int]:
 
 
 def _resident_pages(address: int, size: int) -> list[bool]:
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_ubyte)]
+    libc = zero_pages._libc()
     vec = (ctypes.c_ubyte * (size // PAGE))()
     assert libc.mincore(address, size, vec) == 0
     return [bool(v & 1) for v in vec]
@@ -101,16 +100,6 @@ needs_model = pytest.mark.skipif(find_embedded_model() is None, reason="embedded
 cpu_build = pytest.mark.skipif(llama_cpp.llama_supports_gpu_offload(), reason="lazy KV memory is for CPU builds")
 
 
-async def _answer(edge: LocalModel, text: str, max_tokens: int) -> tuple[str, Finish]:
-    req = ChatRequest(messages=[Message("user", text)], max_tokens=max_tokens, temperature=0.0)
-    parts = []
-    async for event in edge.generate(req):
-        if isinstance(event, TextDelta):
-            parts.append(event.text)
-    assert isinstance(event, Finish)
-    return "".join(parts), event
-
-
 @needs_model
 @cpu_build
 def test_runner_releases_the_kv_cache_and_answers_the_same() -> None:
@@ -122,7 +111,7 @@ def test_runner_releases_the_kv_cache_and_answers_the_same() -> None:
         assert edge.model is not None, edge.load_error
         answers = []
         for text, n in (("Where is the taxi rank?", 24), (long_question, 16), ("Where is the pharmacy?", 24)):
-            answer, finish = await _answer(edge, text, n)
+            answer, finish = await edge_answer(edge, text, max_tokens=n, temperature=0.0)
             assert finish.finish_reason in ("stop", "length")
             answers.append(answer)
         released = edge.model.kv_bytes_released
@@ -164,11 +153,11 @@ def test_a_hot_swap_releases_the_new_context_too() -> None:
         edge = LocalModel(EdgeModelConfig(n_ctx=2048))
         await edge.load()
         assert edge.model is not None, edge.load_error
-        before, _ = await _answer(edge, "Where is the taxi rank?", 16)
+        before, _ = await edge_answer(edge, "Where is the taxi rank?", max_tokens=16, temperature=0.0)
         await edge.swap(Path(str(edge.model_path)), "same-file-again")  # read beside the old model
         assert edge.model.version == "same-file-again"
         assert edge.model.kv_bytes_released >= 30 * MIB
-        after, _ = await _answer(edge, "Where is the taxi rank?", 16)
+        after, _ = await edge_answer(edge, "Where is the taxi rank?", max_tokens=16, temperature=0.0)
         assert after == before and after
         await edge.aclose()
 
