@@ -44,10 +44,11 @@ _SECRET_PARAM = re.compile(r"(?i)key|token|secret|sig|pass|auth|credential|code"
 
 
 def url_secrets(url: str) -> list[str]:
-    """The secret parts of a URL: its password (and user name) and its key-like query values."""
+    """The secret parts of a URL: its password and its key-like query values (a user name is not one:
+    masking a common word like "kiosk" everywhere would garble logs)."""
     try:
         parts = urlsplit(url)
-        found = [parts.password or "", parts.username or "" if parts.password else ""]
+        found = [parts.password or ""]
         found += [v for k, v in parse_qsl(parts.query, keep_blank_values=True) if _SECRET_PARAM.search(k)]
     except ValueError:
         return []
