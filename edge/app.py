@@ -313,7 +313,7 @@ def create_app(settings: Settings) -> FastAPI:
             return JSONResponse({"status": "ready", "model": edge.model.name, "version": edge.model.version})
         status = "loading" if edge.loading or edge.load_error is None else "failed"
         admin = shows_admin_token(request.headers.get("authorization"), settings.server.admin_token)
-        error = edge.load_error if admin else public_load_error(edge.load_error)  # no paths for anyone
+        error = edge.load_error if admin else public_load_error(edge.load_error)  # paths only for the admin
         return JSONResponse({"status": status, "error": error}, status_code=503)
 
     @app.get("/v1/models", tags=["openai"])

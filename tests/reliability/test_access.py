@@ -80,7 +80,7 @@ def test_admin_accepts_the_right_token(admin_gw: GatewayHandle) -> None:
 
 
 def test_admin_disabled_without_a_configured_token(tmp_path: Path, embedded_model: Path) -> None:
-    settings = make_settings(tmp_path, edge={"warmup": False}, cache={"enabled": True})
+    settings = make_settings(tmp_path, server={"api_docs": True}, edge={"warmup": False}, cache={"enabled": True})
     with run_gateway(settings, wait_ready=False) as gw:
         for method, path in _admin_routes(gw.base_url):
             for headers in ({}, {"authorization": "Bearer"}, {"authorization": "Bearer anything"}):
