@@ -60,6 +60,29 @@ def _pieces(formatter: Formatter, messages: Sequence[dict[str, str]]) -> list[tu
                         "tokenise safely; set [edge] model_path to a model with a plain chat template")
 
 
+def _tokenize(llama: Any, text: bytes, add_bos: bool, special: bool) -> list[int]:
+    """``Llama.tokenize`` without its per-call output array of ``n_ctx_train`` tokens (8192 here).
+
+    That allocation, not the tokenising, was most of a short piece's cost, and a chat is tokenised
+    in several pieces. A piece never has more tokens than bytes, plus a BOS and a space prefix.
+    """
+    from llama_cpp import llama_cpp as lib
+
+    vocab = getattr(getattr(llama, "_model", None), "vocab", None)
+    if vocab is None:
+        return list(llama.tokenize(text, add_bos=add_bos, special=special))
+    size = len(text) + 2
+    out = (lib.llama_token * size)()
+    n = lib.llama_tokenize(vocab, text, len(text), out, size, add_bos, special)
+    if n < 0:  # cannot happen by the bound above; llama.cpp says how many it needs
+        size = -n
+        out = (lib.llama_token * size)()
+        n = lib.llama_tokenize(vocab, text, len(text), out, size, add_bos, special)
+        if n < 0:
+            raise RuntimeError(f"llama.cpp could not tokenise a {len(text)}-byte piece")
+    return out[:n]
+
+
 def tokenize_chat(llama: Any, messages: Sequence[dict[str, str]], formatter: Formatter,
                   add_bos: bool = False) -> list[int]:
     """The prompt's token ids: template text with special tokens, message contents as plain text.
@@ -70,7 +93,7 @@ def tokenize_chat(llama: Any, messages: Sequence[dict[str, str]], formatter: For
     """
     tokens: list[int] = []
     for i, (text, template) in enumerate(_pieces(formatter, messages)):
-        tokens += llama.tokenize(text.encode("utf-8"), add_bos=add_bos and i == 0, special=template)
+        tokens += _tokenize(llama, text.encode("utf-8"), add_bos and i == 0, template)
     return tokens
 
 

@@ -115,8 +115,11 @@ class CacheConfig(BaseModel):
     # May a client's "cache-control: no-cache" / "x-edgecloud-cache: refresh" overwrite the shared
     # answer? Off: it answers fresh but stores nothing (the admin token still may).
     allow_client_refresh: bool = False
-    # Questions or system prompts longer than this are neither looked up nor stored (bounds key work).
-    max_key_chars: int = 8192
+    # Questions longer than this are neither looked up nor stored: normalising a key costs ~1 us a
+    # character on the event loop (edge/cache/keys.py), and a kiosk question is a line or two.
+    max_question_chars: int = 2048
+    # System prompts longer than this skip the cache too (they are hashed, not normalised, past 4096).
+    max_system_prompt_chars: int = 65536
     knowledge_version: str = "1"
     max_cacheable_temperature: float = 0.3
     allow_high_temperature: bool = False

@@ -240,8 +240,9 @@ class LocalModel:
             verbose=False,
         )
         # Before the context's first decode (edge/zero_pages.py): the KV cache's zeros go back to the kernel.
-        kv_released = zero_pages.release_new_zero_runs(before, expected_bytes=zero_pages.expected_kv_bytes(
-            llama, cfg.kv_cache_type_k or cfg.kv_cache_type, cfg.kv_cache_type)) if before is not None else 0
+        # Only the KV cache's own buffer, found by its size: other threads allocate meanwhile.
+        kv_bytes = zero_pages.expected_kv_bytes(llama, cfg.kv_cache_type_k or cfg.kv_cache_type, cfg.kv_cache_type)
+        kv_released = zero_pages.release_new_zero_runs(before, expected_bytes=kv_bytes) if kv_bytes else 0
         _shrink_batch(llama)
         meta = llama.metadata
         template = meta.get("tokenizer.chat_template")

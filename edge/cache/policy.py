@@ -86,7 +86,8 @@ def decide_policy(req: ChatRequest, config: CacheConfig) -> CachePolicy:
         return CachePolicy(False, False, ttl, "tools" if req.has_tools else "unsupported-content")
     if not req.last_user_message.strip():
         return CachePolicy(False, False, ttl, "no-question")
-    if len(req.last_user_message) > config.max_key_chars or len(req.system_prompt) > config.max_key_chars:
+    if (len(req.last_user_message) > config.max_question_chars
+            or len(req.system_prompt) > config.max_system_prompt_chars):
         # A kiosk question is a line or two; normalising a megabyte for its key stalls every kiosk.
         return CachePolicy(False, False, ttl, "too-long")
     if control.max_age_s is not None:

@@ -78,8 +78,11 @@ def test_operator_may_allow_client_refresh() -> None:
 
 
 def test_huge_questions_skip_the_key_work() -> None:
-    policy = decide_policy(ask("x" * (CONFIG.max_key_chars + 1)), CONFIG)
+    policy = decide_policy(ask("x" * (CONFIG.max_question_chars + 1)), CONFIG)
     assert (policy.read, policy.write, policy.reason) == (False, False, "too-long")
+    policy = decide_policy(ask("hi there", system="s" * (CONFIG.max_system_prompt_chars + 1)), CONFIG)
+    assert policy.reason == "too-long"
+    assert decide_policy(ask("hi there", system="s" * 8000), CONFIG).write  # a long kiosk prompt is fine
 
 
 def test_operator_may_allow_high_temperature() -> None:
