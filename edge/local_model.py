@@ -44,6 +44,7 @@ from typing import Any
 from . import zero_pages
 from .chat_tokens import tokenize_chat
 from .config import EdgeModelConfig
+from .disclosure import public_load_error
 from .errors import APIError, overloaded, unavailable
 from .types import ChatRequest, Finish, TextDelta, Usage
 
@@ -361,7 +362,9 @@ class LocalModel:
         model = self.model
         if model is None:
             raise unavailable(
-                "The on-device model is not loaded" + (f": {self.load_error}" if self.load_error else "."),
+                # The error's kind only: its detail (file paths) is for the log (edge/disclosure.py).
+                "The on-device model is not loaded" + (f": {public_load_error(self.load_error)}"
+                                                       if self.load_error else "."),
                 "edge_unavailable",
             )
         if self._lock is None:

@@ -311,6 +311,9 @@ def test_readyz_and_cloud_errors_do_not_map_the_deployment(tmp_path: Path) -> No
         r = httpx.post(g.base_url + CHAT, json=body("Where is the taxi rank?"), timeout=30)
         assert r.status_code >= 500 and r.json()["error"]["code"].startswith("cloud_")
         assert "127.0.0.1:9" not in r.text and ":9/" not in r.text
+        r = httpx.post(g.base_url + CHAT, json=body("Where is the taxi rank?", model="edgecloud-edge"), timeout=30)
+        assert r.status_code == 503 and r.json()["error"]["code"] == "edge_unavailable"
+        assert "secret-dir" not in r.text
 
 
 # --------------------------------------------------------------------------- 8. stalls and lock-outs
