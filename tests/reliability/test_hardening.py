@@ -270,10 +270,12 @@ def test_log_lines_lose_every_configured_secret(tmp_path: Path) -> None:
     install_log_redaction(settings, [handler])
     log = logging.getLogger("edgecloud.test-redaction")
     log.addHandler(handler)
+    log.propagate = False  # the secrets go to this handler only
     try:
         log.warning("upstream said %s / %s / %s / %s", header_value, "fleetpw-1234abcd", "qkey-5678efgh", TOKEN)
     finally:
         log.removeHandler(handler)
+        log.propagate = True
     assert lines and not any(s in lines[0] for s in (header_value, "fleetpw-1234abcd", "qkey-5678efgh", TOKEN))
 
 
