@@ -29,7 +29,6 @@ import json
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -42,6 +41,9 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
+from bench.local_run import free_port
+from bench.percentile import percentile
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 SAMPLE_FAQ = ROOT / "edge" / "cache" / "sample_faq.json"
@@ -51,19 +53,16 @@ FINGERPRINT = "edge=bench;cloud=none"
 HIT_QUESTION = "What time does the mall open?"
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return float("nan")
-    index = min(len(ordered) - 1, max(0, round(q / 100.0 * (len(ordered) - 1))))
-    return ordered[index]
+def percentile_or_nan(values: list[float], q: float) -> float:
+    value = percentile(values, q)
+    return float("nan") if value is None else round(value, 4)
 
 
 def summary(values_ms: list[float]) -> dict[str, float]:
     return {
         "n": len(values_ms),
-        "p50_ms": round(percentile(values_ms, 50), 4),
-        "p99_ms": round(percentile(values_ms, 99), 4),
+        "p50_ms": percentile_or_nan(values_ms, 50),
+        "p99_ms": percentile_or_nan(values_ms, 99),
         "mean_ms": round(sum(values_ms) / len(values_ms), 4) if values_ms else float("nan"),
     }
 
@@ -131,7 +130,7 @@ def _cpu_reference(target_ms: float, n: int) -> dict[str, Any]:
             t0 = time.perf_counter()
             sum(range(work))
             samples.append((time.perf_counter() - t0) * 1000.0)
-        if percentile(samples, 50) >= target_ms:
+        if percentile_or_nan(samples, 50) >= target_ms:
             break
         work = int(work * 1.25)
     times = []
@@ -209,12 +208,6 @@ def bench_scaling(tmp: Path, sizes: list[int], n: int) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------ HTTP
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def minimal_app(cache_dir: Path) -> Any:
     """A FastAPI app that answers chat requests from the cache the way the gateway does."""
     from edge.types import ChatRequest, Message, Timer

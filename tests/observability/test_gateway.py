@@ -52,9 +52,10 @@ def test_real_gateway_traffic_shows_up_everywhere(tmp_path: Path, embedded_model
 
         # The SLA minute and usage reach the store when the minute is rolled up.
         obs = gw.services.obs
-        rows = gw.call(obs.flush(final=True))
-        (edge_row,) = [r for r in rows if (r.scope, r.name) == ("route", "edge")]
-        assert edge_row.requests == 4 and edge_row.availability == 1.0
+        gw.call(obs.flush(final=True))
+        # The four requests may straddle a minute (slow answers on a loaded machine): count every edge row.
+        edge_rows = [r.data for r in obs.store.query(kinds=("route",)) if r.name == "edge"]
+        assert sum(r["requests"] for r in edge_rows) == 4 and all(r["availability"] == 1.0 for r in edge_rows)
         stored = obs.store.query(kinds=("usage",))
         assert sum(r.data["requests"] for r in stored if r.name == "edge") == 4
 
