@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import pytest
-
 import sys
 from pathlib import Path
 
+import pytest
+
 from bench.kiosk_gateway import render_toml
 from bench.kiosk_stats import Prices, RequestResult, evaluate_targets, p99_floor_s, summarize
-from bench.percentile import percentile, percentiles
 from bench.kiosk_traffic import TrafficConfig, build_traffic, load_pools, traffic_summary
+from bench.percentile import percentile, percentiles
 
 if sys.version_info >= (3, 11):
     import tomllib
