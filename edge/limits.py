@@ -6,7 +6,8 @@ uvicorn alone has two gaps (found by tests/reliability/test_abuse.py):
 - its ``limit_concurrency`` counts *connections*, idle ones included, so a few hundred idle
   sockets make every other kiosk get a plain-text 503.
 So the gateway closes connections whose headers do not arrive within ``header_timeout_s``
-(``guarded_protocol``, in ``edge.uvicorn_private`` with the uvicorn internals it relies on) and limits *requests in flight* in the app itself, answering an
+(``guarded_protocol``, kept in ``edge.uvicorn_private`` with the uvicorn internals it relies on)
+and limits *requests in flight* in the app itself, answering an
 OpenAI-style 503 with ``Retry-After`` past the limit (``InFlightLimit``).
 """
 

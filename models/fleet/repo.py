@@ -42,7 +42,6 @@ from tuf.api.metadata import (
 )
 from tuf.api.serialization.json import JSONSerializer
 
-
 from models.fleet.bundle import (
     KINDS,
     ArtifactInfo,
