@@ -22,7 +22,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = ROOT / "build"
 
-pytestmark = pytest.mark.slow
+# Creating the environment downloads or unpacks every dependency: minutes on a loaded machine,
+# once per pyproject.toml; later runs only reinstall the project (about 20 s).
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 
 def _pip(python: Path, *args: str) -> None:
