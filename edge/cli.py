@@ -68,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
         extra = extra_providing(exc.name)
         if extra is None:
             raise
-        sys.stderr.write(f"error: {missing_extra_message(extra, [str(exc.name)], what)}\n")
+        top = str(exc.name).split(".", 1)[0]
+        sys.stderr.write(f"error: {missing_extra_message(extra, [top], what)}\n")
         return MISSING_EXTRA_STATUS
     return int(result or 0)
 
