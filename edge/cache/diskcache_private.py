@@ -13,7 +13,8 @@ the cache runs the write-free part, ``check_layout``, every time it opens):
 3. The table is ``Cache`` with at least the columns ``rowid, key, raw, store_time, expire_time,
    access_time, mode, filename, value``; a string key is stored with ``raw = 1``; ``expire_time``
    is NULL or epoch seconds; ``rowid`` grows as rows are added (so "rows after rowid N" is what
-   another process stored since).
+   another process stored since); ``bulk_insert`` (benchmarks only) writes rows with the columns
+   ``access_count, tag, size`` as well.
 4. ``eviction_policy="least-recently-used"`` culls by ``access_time`` (ascending), so writing
    that column by hand keeps eviction least-recently-used.
 5. ``Disk.fetch(mode, filename, value, read)`` decodes a row's ``(mode, filename, value)``;
@@ -37,7 +38,8 @@ import diskcache
 import diskcache.core
 
 REQUIRED_COLUMNS = frozenset(
-    {"key", "raw", "store_time", "expire_time", "access_time", "mode", "filename", "value"}
+    {"key", "raw", "store_time", "expire_time", "access_time", "access_count", "tag", "size", "mode",
+     "filename", "value"}
 )
 CHECKED_VERSIONS = "5.6"
 
@@ -95,6 +97,20 @@ def write_access_times(store: diskcache.Cache, touched: Iterable[tuple[float, st
     """Set ``access_time`` of the given ``(time, key)`` rows in one transaction (the LRU order)."""
     with store.transact():
         store._con.executemany("UPDATE Cache SET access_time = ? WHERE key = ? AND raw = 1", list(touched))
+
+
+def bulk_insert(store: diskcache.Cache, rows: Iterable[tuple[str, float, float | None, float, Any, bytes]]) -> None:
+    """Write many ``(key, store_time, expire_time, access_time, tag, json_bytes)`` rows in one transaction.
+
+    For benchmarks that fill a cache with millions of entries (``Cache.set`` would take hours);
+    values are stored inline as ``MODE_RAW``, the way ``JSONDisk`` stores a small value.
+    """
+    with store.transact():
+        store._con.executemany(
+            "INSERT OR REPLACE INTO Cache(key, raw, store_time, expire_time, access_time, access_count,"
+            " tag, size, mode, filename, value) VALUES (?, 1, ?, ?, ?, 0, ?, 0, ?, NULL, ?)",
+            [(k, st, et, at, tag, diskcache.core.MODE_RAW, sqlite3.Binary(v)) for k, st, et, at, tag, v in rows],
+        )
 
 
 def access_time(store: diskcache.Cache, key: str) -> float | None:
@@ -161,6 +177,7 @@ def check_assumptions(store: diskcache.Cache) -> None:
 __all__ = [
     "DiskcacheAssumptionError",
     "access_time",
+    "bulk_insert",
     "check_assumptions",
     "check_layout",
     "decode",
