@@ -27,18 +27,21 @@ from typing import Any
 RELATIVE_ERROR = 0.01
 # Values at or below this (milliseconds) are counted as zero: no latency is measured that finely.
 MIN_VALUE = 1e-3
+_log = math.log
+_ceil = math.ceil
 
 
 class LatencySketch:
     """Bucket counts of one latency series; ``add`` stays a log and a dict update (hot path)."""
 
-    __slots__ = ("_gamma_ln", "bins", "count", "max", "min", "relative_error", "zeros")
+    __slots__ = ("_gamma_ln", "_inv_gamma_ln", "bins", "count", "max", "min", "relative_error", "zeros")
 
     def __init__(self, relative_error: float = RELATIVE_ERROR) -> None:
         if not 0.0 < relative_error < 1.0:
             raise ValueError(f"relative error must be in (0, 1), not {relative_error}")
         self.relative_error = relative_error
         self._gamma_ln = math.log((1.0 + relative_error) / (1.0 - relative_error))
+        self._inv_gamma_ln = 1.0 / self._gamma_ln
         self.bins: dict[int, int] = {}
         self.zeros = 0
         self.count = 0
@@ -55,7 +58,7 @@ class LatencySketch:
         if value <= MIN_VALUE:
             self.zeros += 1
             return
-        key = math.ceil(math.log(value) / self._gamma_ln)
+        key = _ceil(_log(value) * self._inv_gamma_ln)
         bins = self.bins
         bins[key] = bins.get(key, 0) + 1
 
