@@ -244,9 +244,14 @@ def create_app(settings: Settings) -> FastAPI:
         services = Services(settings)
         app.state.services = services
         await services.start()
+        from .systemd_notify import SystemdNotify
+
+        notify = SystemdNotify(services)  # READY=1 and watchdog pings under systemd; else a no-op
+        notify.start()
         try:
             yield
         finally:
+            await notify.aclose()
             await services.aclose()
 
     app = FastAPI(title="edgecloud gateway", version=__version__, lifespan=lifespan)

@@ -73,26 +73,36 @@ def test_dry_run_prints_the_plan_and_changes_nothing(make_board, key: str) -> No
     expected = BOARDS[key]
     assert f"-> {expected.expected_module}" in out
     assert expected.expected_model_file in out
+    locks = JETSON_DIR / "locks"
     for planned in (
         "[dry-run] DEBIAN_FRONTEND=noninteractive apt-get install -y",
         "[dry-run] useradd --system",
         "-m venv",
+        f"-m pip install --require-hashes --no-deps -r {locks}/bootstrap.txt",
+        f"-m pip install --require-hashes --no-deps -r {locks}/{key[:3]}-py310.txt",
         "CMAKE_ARGS=-DGGML_CUDA=on\\ -DCMAKE_CUDA_ARCHITECTURES=87",
         "CUDACXX=" + str(board.path("/usr/local/cuda/bin/nvcc")),
-        "--no-binary llama-cpp-python llama-cpp-python==",
+        f"--require-hashes --no-deps --no-build-isolation --no-cache-dir --force-reinstall --no-binary llama-cpp-python"
+        f" -r {locks}/llama-cpp-python.txt",
         "[dry-run] curl -fL --retry 5 --retry-delay 5 -C -",
-        "gpu_check.py --model",
+        "[dry-run] jetson_clocks --store",
         "[dry-run] nvpmodel -m 0",
-        "[dry-run] jetson_clocks",
         "[dry-run] fallocate -l 8G",
         "[dry-run] write " + str(board.path("/etc/edgecloud/config.toml")),
         "[dry-run] write " + str(board.path("/etc/systemd/system/edgecloud.service")),
-        "[dry-run] systemctl enable edgecloud-tune.service edgecloud.service",
+        "[dry-run] systemd-run --wait --pipe --collect --quiet --service-type=exec --property=User=edgecloud",
+        "--property=ProtectSystem=strict",
+        "bin/gpu_check.py --model",
+        "[dry-run] systemctl enable edgecloud.service",
         "[dry-run] systemctl start edgecloud.service",
         "/readyz",
         "Dry run complete: nothing was changed.",
     ):
         assert planned in out, f"plan lacks {planned!r}:\n{out}"
+    # Tuning comes before anything is built; jetson_clocks at boot only when asked for.
+    order = ["fallocate -l 8G", "jetson_clocks --store", "nvpmodel -m 0", "apt-get install", "--no-binary llama-cpp-python"]
+    assert [out.index(o) for o in order] == sorted(out.index(o) for o in order), out
+    assert "edgecloud-tune.service" not in out
     if key.startswith("jp5"):
         # JetPack 5 is Ubuntu 20.04 (Python 3.8): Python 3.10 comes from the deadsnakes PPA.
         assert "[dry-run] add-apt-repository -y ppa:deadsnakes/ppa" in out
@@ -100,28 +110,66 @@ def test_dry_run_prints_the_plan_and_changes_nothing(make_board, key: str) -> No
         assert "deadsnakes" not in out
 
 
+def pip_calls(board: FakeJetson) -> list[dict]:
+    return [c for c in board.calls() if c["cmd"] == "venv-python" and c["argv"][:2] == ["-m", "pip"]]
+
+
+def mutating_order(board: FakeJetson) -> list[str]:
+    """The changes a run made, as short names in the order they happened."""
+    names = []
+    for c in board.mutating_calls():
+        argv = c["argv"]
+        if c["cmd"] == "venv-python" and "--no-binary" in argv:
+            names.append("llama-build")
+        elif c["cmd"] == "jetson_clocks":
+            names.append("jetson_clocks " + " ".join(argv[:1]))
+        else:
+            names.append(c["cmd"])
+    return names
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("key", JETPACK_BOARDS)
 def test_install_then_second_run_changes_nothing(make_board, key: str) -> None:
     board = make_board(key)
     expected = BOARDS[key]
+    assert "processor\t: 3\n" in board.path("/proc/cpuinfo").read_text()  # 15 W: four cores online
+    assert "processor\t: 4\n" not in board.path("/proc/cpuinfo").read_text()
 
     first = board.install()
 
+    # Order: swap, clocks stored, power mode, and only then packages and the build.
+    order = mutating_order(board)
+    for before, after in (("fallocate", "jetson_clocks --store"), ("jetson_clocks --store", "nvpmodel"),
+                          ("nvpmodel", "apt-get"), ("apt-get", "llama-build")):
+        assert order.index(before) < order.index(after), order
+
     # The CUDA build: the right flags, nvcc named explicitly and on PATH, before the project.
-    pip_calls = [c for c in board.calls() if c["cmd"] == "venv-python" and c["argv"][:3] == ["-m", "pip", "install"]]
-    llama = next(c for c in pip_calls if any(a.startswith("llama-cpp-python==") for a in c["argv"]))
+    pips = pip_calls(board)
+    llama = next(c for c in pips if "--no-binary" in c["argv"])
     cuda_bin = str(board.path("/usr/local/cuda/bin"))
     assert "-DGGML_CUDA=on" in llama["env"]["CMAKE_ARGS"]
     assert "-DCMAKE_CUDA_ARCHITECTURES=87" in llama["env"]["CMAKE_ARGS"]
     assert llama["env"]["CUDACXX"] == cuda_bin + "/nvcc"
     assert llama["env"]["PATH"].split(":")[0] == cuda_bin
-    assert "--no-binary" in llama["argv"] and "--no-cache-dir" in llama["argv"]
-    assert pip_calls.index(llama) < next(i for i, c in enumerate(pip_calls) if str(board.project) in c["argv"])
+    assert "--no-cache-dir" in llama["argv"] and "--no-build-isolation" in llama["argv"]
+    project = next(c for c in pips if str(board.project) in c["argv"])
+    assert pips.index(llama) < pips.index(project)
+    # Build jobs from the cores MAXN brought online (all of them), not the four of the 15 W mode.
     jobs = int(llama["env"]["CMAKE_BUILD_PARALLEL_LEVEL"])
     assert jobs == (expected.cpus if expected.expected_module == "orin-nx-16gb" else (expected.cpus + 1) // 2)
+    assert f"cores:     {expected.cpus} online in power mode MAXN" in first.stdout
+
+    # Pinned and hashed: every pip call that fetches or installs requires hashes and resolves
+    # nothing; the project from the checkout fetches nothing at all.
+    for call in pips:
+        argv = call["argv"]
+        if argv[2] in ("install", "download") and call is not project:
+            assert "--require-hashes" in argv and "--no-deps" in argv, argv
+    assert {"--no-index", "--no-deps"} <= set(project["argv"])
     state = board.state()
     assert state["llama"]["cuda"] is True
+    assert {"pip", "wheel", "numpy", "onnxruntime", "scikit-build-core", "fastapi", "edgecloud"} <= set(state["pip"])
     assert "edgecloud" in state["users"]
     assert {"build-essential", "cmake", "python3.10", "python3.10-venv", "python3.10-dev"} <= set(state["packages"])
 
@@ -131,12 +179,11 @@ def test_install_then_second_run_changes_nothing(make_board, key: str) -> None:
     assert not Path(str(model) + ".part").exists()
     assert state["downloads"] == 1
 
-    # Tuning: MAXN now and at boot, jetson_clocks stored then applied, a swap file.
+    # Tuning: MAXN applied once and verified; no boot-time unit unless --jetson-clocks.
     assert state["power_mode"] == 0
-    assert ["-m", "0"] in calls_of(board, "nvpmodel")
-    assert calls_of(board, "jetson_clocks")[-1] == []
-    tune_unit = board.path("/etc/systemd/system/edgecloud-tune.service").read_text()
-    assert "ExecStart=/fakebin/nvpmodel -m 0\nExecStart=/fakebin/jetson_clocks\n" in tune_unit
+    assert [a for a in calls_of(board, "nvpmodel") if a[:1] == ["-m"]] == [["-m", "0"]]
+    assert not board.path("/etc/systemd/system/edgecloud-tune.service").exists()
+    assert state["clocks"] == "mode0-dvfs"
     assert board.path("/swapfile").exists()
     assert "/swapfile none swap sw 0 0" in board.path("/etc/fstab").read_text()
 
@@ -145,6 +192,7 @@ def test_install_then_second_run_changes_nothing(make_board, key: str) -> None:
     assert f'model_path = "/opt/edgecloud/models/{expected.expected_model_file}"' in config
     n_ctx = 8192 if expected.expected_module == "orin-nx-16gb" else 4096
     assert f"n_ctx = {n_ctx}" in config and "n_gpu_layers = -1" in config
+    assert f"n_threads = {expected.cpus}" in config
     assert 'host = "127.0.0.1"' in config and f"port = {board.port}" in config
     assert oct(board.path("/etc/edgecloud/config.toml").stat().st_mode & 0o777) == "0o640"
     unit = board.path("/etc/systemd/system/edgecloud.service").read_text()
@@ -153,15 +201,31 @@ def test_install_then_second_run_changes_nothing(make_board, key: str) -> None:
         "PrivateTmp=yes", "Environment=CUDA_HOME=/usr/local/cuda", "Environment=LD_LIBRARY_PATH=/usr/local/cuda/lib64",
         "ExecStart=/opt/edgecloud/venv/bin/edgecloud serve --config /etc/edgecloud/config.toml",
         "MemoryMax=13G" if expected.expected_module == "orin-nx-16gb" else "MemoryMax=6G",
+        "Type=notify", "NotifyAccess=main", "WatchdogSec=240", "TimeoutStartSec=300",
+        "StartLimitIntervalSec=1800", "StartLimitBurst=4",
     ):
         assert line in unit.splitlines(), line
-    assert {"edgecloud.service", "edgecloud-tune.service"} <= set(state["enabled"])
-    assert "edgecloud.service" in state["active"]
+    directives = [ln for ln in unit.splitlines() if ln and not ln.startswith("#")]
+    assert not any("network-online" in ln for ln in directives)
+    assert "edgecloud.service" in state["enabled"] and "edgecloud.service" in state["active"]
+
+    # The GPU proof ran as the service runs: its user and sandbox, through systemd-run.
+    run = state["systemd_runs"][-1]
+    assert run["user"] == "edgecloud"
+    assert {"SupplementaryGroups=video", "ProtectSystem=strict", "ProtectHome=yes", "MemoryMax=" + unit.split(
+        "MemoryMax=")[1].splitlines()[0]} <= set(run["properties"])
+    assert not any(p.startswith(("Type=", "WatchdogSec=", "Restart=")) for p in run["properties"])
 
     # The closing health report, with a real timed request to the (stub) gateway.
     out = first.stdout
-    assert "GPU                    in use: 29/29 layers offloaded; GR3D peak 87%" in out
+    assert "GPU offload            29/29 layers, proven as edgecloud" in out
+    assert "GPU load               GR3D peak 87%" in out
+    assert "junction temperature   61.4 °C peak" in out
+    assert "power draw             14.2 W mean module input (VDD_IN)" in out
+    assert "throttling             none seen" in out
+    assert "tokens per joule" in out
     assert "time to first token" in out and "tokens/s decode (8 tokens)" in out
+    assert "speed check" in out
     assert f"L4T / JetPack          {'35' if key.startswith('jp5') else '36'}." in out
     assert board.gateway.requests[-1]["model"] == "edgecloud-edge"
     assert board.gateway.requests[-1]["stream"] is True
@@ -238,7 +302,7 @@ def test_low_disk_is_refused(make_board) -> None:
     assert board.mutating_calls() == []
 
 
-def test_custom_model_and_onnxruntime_gpu_when_the_index_has_one(make_board) -> None:
+def test_custom_model_and_the_pinned_onnxruntime_gpu(make_board) -> None:
     board = make_board("jp6-8gb")
     sha = hashlib.sha256(board.model_content).hexdigest()
 
@@ -248,12 +312,26 @@ def test_custom_model_and_onnxruntime_gpu_when_the_index_has_one(make_board) -> 
     assert board.path("/opt/edgecloud/models/custom.gguf").read_bytes() == board.model_content
     assert 'model_path = "/opt/edgecloud/models/custom.gguf"' in board.path("/etc/edgecloud/config.toml").read_text()
 
-    pip = [c["argv"] for c in board.calls() if c["cmd"] == "venv-python" and c["argv"][:2] == ["-m", "pip"]]
+    pip = [c["argv"] for c in pip_calls(board)]
     download = next(a for a in pip if a[2] == "download")
-    assert download[download.index("--index-url") + 1] == "https://pypi.jetson-ai-lab.io/jp6/cu126"
+    assert "--require-hashes" in download
+    pin = (JETSON_DIR / "locks" / "onnxruntime-gpu.conf").read_text().splitlines()[-1].split("|")
+    assert pin[0] == "12.6" and pin[1].startswith("https://pypi.jetson-ai-lab.io/jp6/cu126/")
     assert ["-m", "pip", "uninstall", "-y", "onnxruntime"] in pip
     assert {"onnxruntime-gpu"} <= set(board.state()["pip"]) and "onnxruntime" not in board.state()["pip"]
     assert "CUDAExecutionProvider" in proc.stdout
+    assert "(no floor)" not in proc.stdout and "speed check" not in proc.stdout  # no floor for a custom model
+
+
+def test_an_offline_first_run_tries_the_gpu_onnxruntime_again_later(make_board) -> None:
+    board = make_board("jp6-8gb")
+
+    first = board.install()  # the Jetson AI Lab index is unreachable
+
+    assert "could not be fetched" in first.stderr
+    assert "onnxruntime" in board.state()["pip"] and "onnxruntime-gpu" not in board.state()["pip"]
+    board.install(FAKE_ORT_GPU="1")  # the next run, online
+    assert "onnxruntime-gpu" in board.state()["pip"] and "onnxruntime" not in board.state()["pip"]
 
 
 def test_uninstall_reverts_only_what_setup_changed(make_board) -> None:
