@@ -100,7 +100,8 @@ def test_dry_run_prints_the_plan_and_changes_nothing(make_board, key: str) -> No
     ):
         assert planned in out, f"plan lacks {planned!r}:\n{out}"
     # Tuning comes before anything is built; jetson_clocks at boot only when asked for.
-    order = ["fallocate -l 8G", "jetson_clocks --store", "nvpmodel -m 0", "apt-get install", "--no-binary llama-cpp-python"]
+    order = ["fallocate -l 8G", "jetson_clocks --store", "nvpmodel -m 0", "apt-get install",
+             "--no-binary llama-cpp-python"]
     assert [out.index(o) for o in order] == sorted(out.index(o) for o in order), out
     assert "edgecloud-tune.service" not in out
     if key.startswith("jp5"):
