@@ -43,8 +43,8 @@ tj_throttle_c() {
 # mean module input power (VDD_IN on Orin NX; the sum of the rails where it is absent).
 tegra_summary() {
   awk '
-    { if (match($0, /GR3D_FREQ [0-9]+%/)) { v = substr($0, RSTART + 10, RLENGTH - 11) + 0; if (v > gr3d) gr3d = v; seen = 1 } }
-    { if (match($0, /tj@-?[0-9.]+C/)) { v = substr($0, RSTART + 3, RLENGTH - 4) + 0; if (v > tj || tj == "") tj = v } }
+    { if (match($0, /GR3D_FREQ [0-9]+%/)) { v = substr($0, RSTART + 10, RLENGTH - 11) + 0; if (!seen || v > gr3d) gr3d = v; seen = 1 } }
+    { if (match($0, /tj@-?[0-9.]+C/)) { v = substr($0, RSTART + 3, RLENGTH - 4) + 0; if (v > -200 && (!tjs || v > tj)) { tj = v; tjs = 1 } } }
     { if (match($0, /VDD_IN [0-9]+mW/)) { v = substr($0, RSTART + 7, RLENGTH - 9) + 0; pw += v; pn++ } }
     { if (match($0, /RAM [0-9]+\/[0-9]+MB/)) ram = substr($0, RSTART + 4, RLENGTH - 4) }
     END {
@@ -109,8 +109,8 @@ print(m.version("edgecloud"))') || versions=""
   report_line "model" "$MODEL_PATH (n_ctx $N_CTX)"
   report_line "GPU offload" "$GPU_OFFLOADED/$GPU_LAYERS layers, proven as $SERVICE_USER under the unit's sandbox"
   report_line "memory (tegrastats)" "${ram:-?}"
-  report_line "junction temperature" "${tj:+$tj °C peak}${tj:-?}${tj_trip:+ (throttling from $tj_trip °C)}"
-  report_line "power draw" "${power:+$power W mean module input (VDD_IN)}${power:-?}"
+  report_line "junction temperature" "${tj:-?}${tj:+ °C peak}${tj_trip:+ (throttling from $tj_trip °C)}"
+  report_line "power draw" "${power:-?}${power:+ W mean module input (VDD_IN)}"
   report_line "throttling" "$throttle"
   report_line "gateway" "ready on 127.0.0.1:$PORT (model loaded)"
   if [ -z "$ttft" ]; then

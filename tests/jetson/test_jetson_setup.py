@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -471,3 +472,199 @@ def test_another_pinned_model_and_context(make_board) -> None:
     assert "qwen2.5-7b-instruct-q3_k_m (Q3_K_M, ~3810 MB)" in chosen.stdout
     assert "n_ctx=2048" in chosen.stdout and "Qwen2.5-7B-Instruct-Q3_K_M.gguf" in chosen.stdout
     assert unknown.returncode == 2 and "unknown model 'llama-70b'" in unknown.stderr
+
+
+# --- power mode, GPU proof, health checks, offline installs, uninstall -------------------------
+
+
+def test_a_mode_change_that_needs_a_reboot_stops_before_building_then_resumes(make_board) -> None:
+    board = make_board("jp6-16gb")
+    board.update_state(reboot_modes=[0])
+
+    stopped = board.run("--yes", "--port", str(board.port))
+
+    assert stopped.returncode == 3, stopped.stdout + stopped.stderr
+    assert "REBOOT NEEDED: the power mode MAXN (0) only takes effect after a reboot." in stopped.stdout
+    assert "sudo nvpmodel -m 0      # answer YES" in stopped.stdout
+    assert board.state()["power_mode"] == 2
+    assert not [c for c in board.calls() if c["cmd"] in ("apt-get", "venv-python", "curl")]  # nothing built
+    # Asked again in the same boot: says so without trying nvpmodel a second time.
+    again = board.run("--yes", "--port", str(board.port))
+    assert again.returncode == 3 and "is waiting for a reboot" in again.stderr
+    assert [a for a in calls_of(board, "nvpmodel") if a[:1] == ["-m"]] == []
+
+    # --reboot: answers nvpmodel's prompt (which reboots) and leaves a one-shot resume unit.
+    rebooting = board.run("--yes", "--reboot", "--port", str(board.port))
+    assert rebooting.returncode == 3, rebooting.stderr
+    assert board.state()["reboot_requested"] is True
+    resume_unit = board.path("/etc/systemd/system/edgecloud-setup-resume.service")
+    assert f"ExecStart={SETUP} --resume" in resume_unit.read_text()
+    assert "edgecloud-setup-resume.service" in board.state()["enabled"]
+
+    board.reboot()
+    assert board.state()["power_mode"] == 0
+    resumed = board.run("--resume")  # what edgecloud-setup-resume.service runs after the boot
+
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "Resuming after the reboot with: --yes --reboot --port" in resumed.stdout
+    assert "power mode MAXN (0) active (nvpmodel -q)" in resumed.stdout
+    assert not resume_unit.exists() and "edgecloud-setup-resume.service" not in board.state()["enabled"]
+    assert "edgecloud.service" in board.state()["active"]
+    # The clocks stored are those from before any change, not the new mode's.
+    assert board.path("/var/lib/edgecloud-setup/jetson_clocks.saved").read_text().strip() == "factory-dvfs"
+
+
+def test_gpu_proof_fails_as_the_service_user_while_it_passes_as_root(make_board) -> None:
+    board = make_board("jp6-16gb")
+    board.update_state(service_user_gpu=False)
+
+    proc = board.run("--yes", "--port", str(board.port))
+
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "as root the model loads on the GPU; as edgecloud under the unit's sandbox it does not" in proc.stderr
+    assert "the model is NOT on the GPU when run as the service runs (verdict: layers-not-on-gpu, 0/29 layers)" \
+        in proc.stderr
+    runs = board.state()["systemd_runs"]
+    assert runs[-1]["user"] == "edgecloud" and "NoNewPrivileges=yes" in runs[-1]["properties"]
+    assert "edgecloud.service" not in board.state()["active"]
+
+
+@pytest.mark.parametrize(("fault", "message"), [
+    ("idle-gpu", "the GPU load (GR3D_FREQ) stayed at 0% during generation"),
+    ("slow", "under the floor of 6 for qwen2.5-7b-instruct-q4_k_m on orin-nx-16gb"),
+])
+def test_health_report_fails_on_an_idle_gpu_or_a_slow_decode(make_board, fault: str, message: str) -> None:
+    board = make_board("jp6-16gb")
+    env = {}
+    if fault == "idle-gpu":
+        env["FAKE_GR3D"] = "0"
+    else:
+        board.gateway.token_delay_s = 0.3  # ~3 tokens/s: what a CPU fallback looks like
+
+    proc = board.run("--yes", "--port", str(board.port), **env)
+
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert message in proc.stderr
+    assert "HEALTH CHECK FAILED" in proc.stdout
+
+
+def test_throttling_is_reported_from_the_junction_trip_point_and_over_current_counters(make_board) -> None:
+    board = make_board("jp6-16gb")
+    zone = board.path("/sys/class/thermal/thermal_zone8")
+    zone.mkdir(parents=True)
+    (zone / "type").write_text("tj-thermal\n")
+    (zone / "trip_point_0_type").write_text("passive\n")
+    (zone / "trip_point_0_temp").write_text("99000\n")
+    (zone / "trip_point_1_type").write_text("critical\n")
+    (zone / "trip_point_1_temp").write_text("104500\n")
+
+    hwmon = board.path("/sys/class/hwmon/hwmon3")
+    hwmon.mkdir(parents=True)
+    (hwmon / "oc1_event_cnt").write_text("5\n")
+
+    hot = board.install("--min-tokens-per-s", "0", FAKE_TJ="99.5")
+    over_current = board.install(FAKE_OC="1")
+
+    assert "junction temperature   99.5 °C peak (throttling from 99 °C)" in hot.stdout
+    assert "THERMAL: junction 99.5 °C at or above the 99 °C throttling point" in hot.stdout
+    assert "speed check" not in hot.stdout  # --min-tokens-per-s 0 turns the floor off
+    assert "throttling             OVER-CURRENT: 2 event(s) during the request" in over_current.stdout
+
+
+def make_wheelhouse(path: Path, **conf: str) -> Path:
+    """What jetson/build-wheelhouse.sh leaves, for a JetPack 6.2 board (fake wheel contents)."""
+    path.mkdir()
+    values = {"l4t_major": "36", "jetpack": "6.2", "cuda": "12.6", "python": "3.10", "llama_cpp_python": "0.3.36"}
+    values.update(conf)
+    (path / "wheelhouse.conf").write_text("".join(f"{k}={v}\n" for k, v in values.items()))
+    wheel = path / "llama_cpp_python-0.3.36-cp310-cp310-linux_aarch64.whl"
+    wheel.write_bytes(b"cuda wheel")
+    lock = f"llama-cpp-python==0.3.36 --hash=sha256:{hashlib.sha256(b'cuda wheel').hexdigest()}\n"
+    (path / "llama-cpp-python.lock").write_text(lock)
+    (path / "requirements.lock").write_text(lock)
+    (path / "pip-26.3-py3-none-any.whl").mkdir()  # run as `python pip.whl/pip`: a folder stands in
+    (path / "onnxruntime_gpu-1.23.0-cp310-cp310-linux_aarch64.whl").write_bytes(b"ort wheel")
+    return path
+
+
+def test_wheelhouse_install_with_no_network(make_board, tmp_path: Path) -> None:
+    board = make_board("jp6-8gb")
+    state = board.state()
+    state["packages"] = [*state["packages"], "python3.10"]  # JetPack 6 ships it; not python3.10-venv
+    board.state_file.write_text(json.dumps(state))
+    house = make_wheelhouse(tmp_path / "wheelhouse")
+    drive_model = tmp_path / "usb" / BOARDS["jp6-8gb"].expected_model_file
+    drive_model.parent.mkdir()
+    drive_model.write_bytes(board.model_content)
+
+    proc = board.install("--wheelhouse", str(house), "--model-file", str(drive_model), FAKE_OFFLINE="1")
+
+    calls = board.calls()
+    assert not [c for c in calls if c["cmd"] in ("apt-get", "curl", "add-apt-repository")]
+    venv = next(c["argv"] for c in calls if c["cmd"] == "python3.10")
+    assert venv[:3] == ["-m", "venv", "--without-pip"]
+    pips = [c["argv"] for c in calls if c["cmd"] == "venv-python" and ("install" in c["argv"][:3]
+                                                                      or c["argv"][0].endswith(".whl/pip"))]
+    for argv in pips:
+        assert "--no-index" in argv, argv
+        if str(board.project) not in argv:
+            assert "--require-hashes" in argv and "--find-links" in argv, argv
+    state = board.state()
+    assert state["llama"] == {"version": "0.3.36", "cuda": True}
+    assert "onnxruntime-gpu" in state["pip"] and "onnxruntime" not in state["pip"]
+    model = board.path(f"/opt/edgecloud/models/{BOARDS['jp6-8gb'].expected_model_file}")
+    assert model.read_bytes() == board.model_content
+    assert "wheelhouse: " + str(house) in proc.stdout
+    assert "edgecloud.service" in state["active"] and "time to first token" in proc.stdout
+
+
+def test_a_wheelhouse_for_another_board_or_a_wrong_model_file_is_refused(make_board, tmp_path: Path) -> None:
+    board = make_board("jp6-8gb")
+    house = make_wheelhouse(tmp_path / "jp5-house", l4t_major="35", cuda="11.4")
+    wrong = tmp_path / "model.gguf"
+    wrong.write_bytes(b"not the pinned model")
+
+    other = board.run("--yes", "--wheelhouse", str(house))
+    bad_model = board.run("--dry-run", "--model-file", str(wrong))
+
+    assert other.returncode == 2
+    assert "l4t_major: wheelhouse 35, this board/checkout 36" in other.stderr
+    assert "was built for another board or checkout" in other.stderr
+    assert board.mutating_calls() == [] or other.returncode == 2
+    assert bad_model.returncode == 2 and "expected" in bad_model.stderr and "not installed" in bad_model.stderr
+
+
+def test_uninstall_restores_the_original_clocks_and_mode(make_board) -> None:
+    board = make_board("jp5-16gb")
+    board.install("--jetson-clocks")
+    state = board.state()
+    assert state["clocks"] == "max" and state["power_mode"] == 0
+    assert "edgecloud-tune.service" in state["enabled"]
+    tune = board.path("/etc/systemd/system/edgecloud-tune.service").read_text()
+    assert "ExecStart=/fakebin/jetson_clocks\n" in tune and "nvpmodel -m" not in tune.replace("# ", "")
+
+    proc = board.run("--uninstall", "--purge", "--yes")
+
+    assert proc.returncode == 0, proc.stderr
+    state = board.state()
+    assert state["power_mode"] == 2 and state["clocks"] == "factory-dvfs"
+    assert ["--remove", "-y", "ppa:deadsnakes/ppa"] in calls_of(board, "add-apt-repository")
+    assert "edgecloud" not in state["users"]
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="needs root to chown a file")
+def test_purge_removes_files_the_service_user_still_owns(make_board) -> None:
+    board = make_board("jp6-16gb")
+    board.install()
+    stray = board.path("/home/operator/edgecloud-export.json")
+    stray.parent.mkdir(parents=True)
+    stray.write_text("{}")
+    os.chown(stray, 4242, 4242)  # the fake edgecloud user's id
+
+    kept = board.run("--uninstall", "--yes")
+    assert "files still owned by edgecloud (uid 4242), kept" in kept.stderr and stray.exists()
+    board.install()
+    purged = board.run("--uninstall", "--purge", "--yes")
+
+    assert purged.returncode == 0, purged.stderr
+    assert not stray.exists()
