@@ -17,6 +17,7 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 PROJECT_DIR=${EDGECLOUD_PROJECT_DIR:-$(cd "$HERE/.." && pwd)}
+OPT_WHEELHOUSE=""   # pip_install (lib/install.sh) fetches from the index here
 
 # shellcheck source=lib/common.sh
 . "$HERE/lib/common.sh"
@@ -40,7 +41,7 @@ main() {
   local out="" python=python3.10 work venv lock llama_whl sha line url ort_sha ort_file
   while [ "$#" -gt 0 ]; do
     case "$1" in
-      --python) [ "$#" -ge 2 ] || die "--python needs a value" 2; python=$2; shift ;;
+      --python) [ "$#" -ge 2 ] || die "--python needs a value" 2; python=$2; shift ;;  # e.g. python3.10
       --dry-run) DRY_RUN=1 ;;
       -h|--help) usage; exit 0 ;;
       -*) usage >&2; die "unknown option: $1" 2 ;;
@@ -105,8 +106,7 @@ main() {
   } >"$out/requirements.lock"
   {
     printf 'l4t_major=%s\njetpack=%s\ncuda=%s\npython=%s\nllama_cpp_python=%s\n' \
-      "$L4T_MAJOR" "$JETPACK_VERSION" "${CUDA_VERSION%.*}" \
-      "$("$venv/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')" "$LLAMA_VERSION"
+      "$L4T_MAJOR" "$JETPACK_VERSION" "${CUDA_VERSION%.*}" "${python#python}" "$LLAMA_VERSION"
   } >"$out/wheelhouse.conf"
   rm -rf "$work"
   ok "wheelhouse ready: $out ($(find "$out" -name '*.whl' | wc -l) wheels); llama-cpp-python sha256 $sha"

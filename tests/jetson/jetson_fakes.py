@@ -187,6 +187,20 @@ def pip(argv: list[str], state: dict[str, Any]) -> int:
                     print("ERROR: Could not install requirement onnxruntime-gpu: network unreachable", file=sys.stderr)
                     return 1
                 (dest / url.rsplit("/", 1)[1]).write_bytes(b"wheel")
+            elif "==" in line:  # a locked package from PyPI: its wheel for this platform
+                if offline():
+                    return 1
+                name, version = line.split()[0].split("==")
+                (dest / f"{name.replace('-', '_')}-{version}-py3-none-any.whl").write_bytes(b"wheel")
+    elif verb == "wheel":  # pip wheel: the CUDA build of llama-cpp-python into --wheel-dir
+        wheel_dir = Path(_arg_after(rest, "--wheel-dir") or ".")
+        for line in reqs:
+            if line.startswith("llama-cpp-python=="):
+                if not ("-DGGML_CUDA=on" in os.environ.get("CMAKE_ARGS", "")
+                        and Path(os.environ.get("CUDACXX", "")).is_file()):
+                    return 1
+                version = line.split()[0].split("==")[1]
+                (wheel_dir / f"llama_cpp_python-{version}-cp310-cp310-linux_aarch64.whl").write_bytes(b"cuda")
     elif verb == "install":
         find_links = _arg_after(rest, "--find-links")
         if offline() and "--no-index" not in rest:

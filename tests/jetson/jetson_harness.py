@@ -328,6 +328,14 @@ class FakeJetson:
             timeout=120, check=False, stdin=subprocess.DEVNULL,
         )
 
+    def run_script(self, script: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+        """Another script of jetson/ (build-wheelhouse.sh) on this board."""
+        self.log_file.write_text("")
+        return subprocess.run(
+            ["bash", str(script), *args], env=self.env(**env), capture_output=True, text=True,
+            timeout=120, check=False, stdin=subprocess.DEVNULL,
+        )
+
     def install(self, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
         """A real (non-dry) run with --yes on a free port; fails the test on a non-zero exit."""
         proc = self.run("--yes", "--port", str(self.port), *args, **env)
