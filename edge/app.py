@@ -126,7 +126,7 @@ async def read_json_body(request: Request, limit: int, timeout_s: float = 15.0) 
 
     try:
         if sys.version_info >= (3, 11):
-            async with asyncio.timeout(timeout_s):  # no extra task per request (wait_for makes one)
+            async with asyncio.timeout(timeout_s):  # novermin (3.11 branch); no extra task per request
                 raw = await collect()
         else:  # pragma: no cover - Python 3.10
             raw = await asyncio.wait_for(collect(), timeout_s)
