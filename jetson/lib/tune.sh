@@ -62,6 +62,11 @@ tune_power() {
   have nvpmodel || die "nvpmodel not found: is this JetPack's L4T userspace?"
   have jetson_clocks || die "jetson_clocks not found: is this JetPack's L4T userspace?"
   current=$(current_power_mode) || current=""
+  if [ "$current" = "$POWER_MODE_ID" ] && ! mode_cores_online "$POWER_MODE_ID"; then
+    state_set pending_power_mode "$POWER_MODE_ID"
+    state_set pending_boot_id "$(boot_id)"
+    reboot_needed "nvpmodel reports $POWER_MODE_NAME ($POWER_MODE_ID) but only $CPU_COUNT of its $(mode_cores "$POWER_MODE_ID") cores are online"
+  fi
   if [ "$current" = "$POWER_MODE_ID" ]; then
     ok "power mode $POWER_MODE_NAME ($POWER_MODE_ID) active (nvpmodel -q)"
     if [ -n "$(state_get pending_power_mode)" ]; then state_set pending_power_mode ""; fi
@@ -82,7 +87,7 @@ tune_power() {
   out=$(nvpmodel -m "$POWER_MODE_ID" </dev/null 2>&1) || true
   [ -z "$out" ] || printf '%s\n' "$out" | sed 's/^/    /'
   after=$(current_power_mode) || after=""
-  if [ "$after" = "$POWER_MODE_ID" ]; then
+  if [ "$after" = "$POWER_MODE_ID" ] && mode_cores_online "$POWER_MODE_ID"; then
     ok "power mode $POWER_MODE_NAME ($POWER_MODE_ID) applied and verified (nvpmodel -q)"
     TUNE_CHANGED=1
     return
@@ -90,6 +95,26 @@ tune_power() {
   state_set pending_power_mode "$POWER_MODE_ID"
   state_set pending_boot_id "$(boot_id)"
   reboot_needed "nvpmodel did not switch to $POWER_MODE_NAME ($POWER_MODE_ID) without a reboot (still ${after:-unknown})"
+}
+
+# Cores a mode brings online: its "CPU_ONLINE CORE_n 1" lines in /etc/nvpmodel.conf (empty if unknown).
+mode_cores() {
+  local conf
+  conf=$(p /etc/nvpmodel.conf)
+  [ -r "$conf" ] || return 0
+  awk -v id="$1" '
+    /^<[[:space:]]*POWER_MODEL/ { inmode = ($0 ~ ("ID=" id "[[:space:]]")) }
+    inmode && $1 == "CPU_ONLINE" && $3 == "1" { n++ }
+    END { if (n) print n }' "$conf"
+}
+
+# The second half of "verified": nvpmodel -q can name a mode whose cores are not online yet
+# (set for the next boot); the online cores must be at least those the mode lists.
+mode_cores_online() {
+  local want
+  want=$(mode_cores "$1")
+  count_cpus
+  [ -z "$want" ] || [ "$CPU_COUNT" -ge "$want" ]
 }
 
 # /proc/sys/kernel/random/boot_id changes at every boot: how a re-run knows a reboot happened.
@@ -145,12 +170,11 @@ tune_clocks() {
   unit=$(p /etc/systemd/system/edgecloud-tune.service)
   if [ "$OPT_JETSON_CLOCKS" != 1 ]; then
     if [ -f "$unit" ]; then
+      # The stored clocks belong to the mode found before setup: not restored on top of this one.
       run systemctl disable edgecloud-tune.service
       run rm -f "$unit"
       UNITS_CHANGED=1
-      if [ -f "$(p /var/lib/edgecloud-setup/jetson_clocks.saved)" ]; then
-        run jetson_clocks --restore "$(p /var/lib/edgecloud-setup/jetson_clocks.saved)"
-      fi
+      say "  note: the clocks stay pinned until the next boot, then DVFS manages them"
     else
       ok "clocks left to DVFS (jetson_clocks at boot: only with --jetson-clocks)"
     fi

@@ -702,3 +702,18 @@ def test_purge_removes_files_the_service_user_still_owns(make_board) -> None:
 
     assert purged.returncode == 0, purged.stderr
     assert not stray.exists()
+
+
+def test_a_mode_nvpmodel_names_but_whose_cores_are_not_online_counts_as_not_applied(make_board) -> None:
+    board = make_board("jp6-16gb")
+    conf = board.path("/etc/nvpmodel.conf")
+    maxn_cores = "".join(f"CPU_ONLINE CORE_{i} 1\n" for i in range(8))
+    conf.write_text(conf.read_text().replace("< POWER_MODEL ID=0 NAME=MAXN >\nCPU_ONLINE CORE_0 1\n",
+                                             "< POWER_MODEL ID=0 NAME=MAXN >\n" + maxn_cores))
+    board.update_state(mode_cpus={"0": 4, "1": 4, "2": 4})  # set for the next boot, cores not yet up
+
+    proc = board.run("--yes", "--port", str(board.port))
+
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "REBOOT NEEDED" in proc.stdout
+    assert not [c for c in board.calls() if c["cmd"] in ("apt-get", "venv-python")]
