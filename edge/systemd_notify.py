@@ -97,6 +97,8 @@ class Liveness:
         self.edge = edge
         self.stall_s = stall_s
         self.clock = clock
+        # Judged from when watching began (the model just loaded), not from an older stamp.
+        self.since = clock()
         self._beat: asyncio.Future[Any] | None = None
 
     def check(self) -> bool:
@@ -105,7 +107,7 @@ class Liveness:
             if self._beat is not None and not self._beat.cancelled() and self._beat.exception() is not None:
                 log.error("generation heartbeat failed: %s", self._beat.exception())
             self._beat = self.edge.heartbeat()
-        return self.clock() - self.edge.progress_at < self.stall_s
+        return self.clock() - max(self.edge.progress_at, self.since) < self.stall_s
 
 
 class SystemdNotify:
@@ -140,17 +142,19 @@ class SystemdNotify:
             self._announce(notifier)
             return
         interval = self.period_s / PINGS_PER_PERIOD
-        liveness = Liveness(edge, self.period_s / 2)
+        liveness: Liveness | None = None
         announced = False
         while True:
             if not announced and services.loaded.is_set():
                 announced = True
                 self._announce(notifier)
-            if not edge.ready or liveness.check():
+            if liveness is None and edge.ready:
+                liveness = Liveness(edge, self.period_s / 2)
+            if liveness is None or liveness.check():
                 # While loading, TimeoutStartSec (not the watchdog) bounds the wait.
                 notifier.send("WATCHDOG=1")
             else:
-                stalled = time.monotonic() - edge.progress_at
+                stalled = time.monotonic() - max(edge.progress_at, liveness.since)
                 log.error("generation thread silent for %.0f s: withholding the systemd watchdog ping", stalled)
                 notifier.send(f"STATUS=generation thread silent for {stalled:.0f} s")
             if announced:

@@ -94,6 +94,7 @@ report that fails on CPU fallback, an idle GPU or tokens/s under the model's flo
   --prefix DIR            install root for the venv and models (default /opt/edgecloud)
   --force                 continue on an unsupported board/JetPack or low disk
   --uninstall             remove what setup.sh installed and revert its tuning
+  --resume                (edgecloud-setup-resume.service) continue with the options saved by --reboot
   --purge                 with --uninstall: also remove /etc/edgecloud and /var/lib/edgecloud
   -h, --help              this text
 EOF

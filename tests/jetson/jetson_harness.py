@@ -325,7 +325,7 @@ class FakeJetson:
         self.log_file.write_text("")
         return subprocess.run(
             ["bash", str(SETUP), *args], env=self.env(**env), capture_output=True, text=True,
-            timeout=120, check=False, stdin=subprocess.DEVNULL,
+            timeout=600, check=False, stdin=subprocess.DEVNULL,  # generous: CI machines are shared
         )
 
     def run_script(self, script: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -333,7 +333,7 @@ class FakeJetson:
         self.log_file.write_text("")
         return subprocess.run(
             ["bash", str(script), *args], env=self.env(**env), capture_output=True, text=True,
-            timeout=120, check=False, stdin=subprocess.DEVNULL,
+            timeout=600, check=False, stdin=subprocess.DEVNULL,  # generous: CI machines are shared
         )
 
     def install(self, *args: str, **env: str) -> subprocess.CompletedProcess[str]:

@@ -139,8 +139,13 @@ def test_liveness_judges_by_the_last_sign_of_life() -> None:
     now = [100.5]
     live = Liveness(Edge(), stall_s=1.0, clock=lambda: now[0])
     assert live.check()
-    now[0] = 101.5
+    now[0] = 101.6
     assert not live.check()
+
+    # A stamp older than the start of watching (a long model load) is not held against the thread.
+    now[0] = 500.0
+    late = Liveness(Edge(), stall_s=1.0, clock=lambda: now[0])
+    assert late.check()
 
 
 # --- the real gateway ---------------------------------------------------------------------
