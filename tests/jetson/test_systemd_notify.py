@@ -155,7 +155,8 @@ def test_gateway_says_ready_with_readyz_and_pings_only_while_generation_is_alive
     tmp_path: Path, notify_socket: NotifySocket, embedded_model: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("NOTIFY_SOCKET", str(notify_socket.path))
-    monkeypatch.setenv("WATCHDOG_USEC", "2000000")  # 2 s: a ping every 0.5 s, silent after 1 s of no life
+    # 8 s: a ping every 2 s, silent after 4 s without life (room for a prefill on a loaded CI machine)
+    monkeypatch.setenv("WATCHDOG_USEC", "8000000")
     monkeypatch.delenv("WATCHDOG_PID", raising=False)
     settings = make_settings(tmp_path, cache={"enabled": False})
 
@@ -168,23 +169,23 @@ def test_gateway_says_ready_with_readyz_and_pings_only_while_generation_is_alive
 
         # A real generation keeps the pings going.
         start = time.monotonic()
-        reply = gw.openai().chat.completions.create(
+        reply = gw.openai(timeout=300).chat.completions.create(
             model="edgecloud-edge", messages=[{"role": "user", "content": "Count from one to twenty."}],
-            max_tokens=48)
+            max_tokens=24)
         assert reply.choices[0].message.content
-        time.sleep(1.2)
+        time.sleep(4.5)
         assert notify_socket.count("WATCHDOG=1", start) >= 2
 
         # The generation thread stops answering (a wedged CUDA call): the pings stop.
         gate = threading.Event()
         gw.services.edge._executor.submit(gate.wait)
-        silent_at = notify_socket.wait_for("STATUS=generation thread silent", 6, after=time.monotonic())
-        time.sleep(1.0)
+        silent_at = notify_socket.wait_for("STATUS=generation thread silent", 30, after=time.monotonic())
+        time.sleep(2.5)
         assert notify_socket.count("WATCHDOG=1", silent_at) == 0
 
         # It recovers: the heartbeat runs and the pings resume.
         gate.set()
-        notify_socket.wait_for("WATCHDOG=1", 5, after=time.monotonic())
+        notify_socket.wait_for("WATCHDOG=1", 30, after=time.monotonic())
 
     assert notify_socket.messages[-1][1] in ("STOPPING=1", "STATUS=stopping")
 
@@ -244,31 +245,31 @@ def test_a_hung_generation_thread_is_restarted_by_the_watchdog(
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(HANG_SITE), str(REPO)]),
         "NOTIFY_SOCKET": str(notify_socket.path),
-        "WATCHDOG_USEC": "2000000",
+        "WATCHDOG_USEC": "6000000",  # 6 s: pings every 1.5 s; silent after 3 s without life
         "EDGECLOUD_CACHE_ENABLED": "false",
     }
     env.pop("WATCHDOG_PID", None)
     cmd = [sys.executable, "-m", "edge.cli", "serve", "--port", str(port), "--data-dir", str(tmp_path / "data")]
-    sup = Supervisor(cmd, env, notify_socket, watchdog_s=2.0)
+    sup = Supervisor(cmd, env, notify_socket, watchdog_s=6.0)
     base = f"http://127.0.0.1:{port}"
     try:
         sup.start()
-        assert not sup.watch(time.monotonic() + 2.5), "an idle gateway must keep pinging"
+        assert not sup.watch(time.monotonic() + 7.0), "an idle gateway must keep pinging"
 
         def hung_request() -> None:
             body = {"model": "edgecloud-edge", "max_tokens": 8,
                     "messages": [{"role": "user", "content": "HANG-THE-GPU please"}]}
             try:
-                httpx.post(base + "/v1/chat/completions", json=body, timeout=30)
+                httpx.post(base + "/v1/chat/completions", json=body, timeout=120)
             except httpx.HTTPError:
                 pass  # the process is killed under it
 
         threading.Thread(target=hung_request, daemon=True).start()
-        assert sup.watch(time.monotonic() + 15), "the watchdog did not fire on a hung generation thread"
+        assert sup.watch(time.monotonic() + 60), "the watchdog did not fire on a hung generation thread"
         assert any(line.startswith("STATUS=generation thread silent") for _, line in notify_socket.messages)
 
         sup.start()  # Restart=on-failure
-        reply = httpx.post(base + "/v1/chat/completions", timeout=60, json={
+        reply = httpx.post(base + "/v1/chat/completions", timeout=300, json={
             "model": "edgecloud-edge", "max_tokens": 8, "messages": [{"role": "user", "content": "Hello"}]})
         assert reply.status_code == 200, reply.text
         assert (sup.starts, sup.watchdog_kills) == (2, 1)
