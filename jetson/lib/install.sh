@@ -248,13 +248,14 @@ ensure_onnxruntime() {
   if [ "$DRY_RUN" = 1 ]; then
     run "$VENV/bin/python" -m pip download --require-hashes --no-deps --dest "$dl" -r "$req"
     run "$VENV/bin/python" -m pip uninstall -y onnxruntime
-    pip_install -r "$req"
+    pip_install --force-reinstall -r "$req"
     ORT_KIND=gpu; ORT_NOTE="would install the pinned onnxruntime-gpu (CPU onnxruntime if it cannot be fetched)"
   elif run "$VENV/bin/python" -m pip download --require-hashes --no-deps --dest "$dl" -r "$req" \
        && [ -f "$dl/$file" ]; then
     printf 'onnxruntime-gpu @ file://%s --hash=sha256:%s\n' "$dl/$file" "$sha" >"$req"
     if pip_has onnxruntime; then run "$VENV/bin/python" -m pip uninstall -y onnxruntime; fi
-    if pip_install -r "$req"; then
+    # --force-reinstall: both wheels write the same module files; removing the CPU one removed them.
+    if pip_install --force-reinstall -r "$req"; then
       ORT_KIND=gpu; ORT_NOTE="onnxruntime-gpu $file (pinned, sha256 checked)"
     else
       pip_install -r "$(lock_file)"   # puts the CPU onnxruntime back
