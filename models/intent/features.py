@@ -79,7 +79,7 @@ class FeatureConfig:
     # Version 3: the final ask (``models.intent.ask``) is featurised again in its own hash namespace with
     # this weight, and the whole message's text features are scaled by ``whole_weight``.
     ask_weight: float = 1.0
-    whole_weight: float = 1.0
+    whole_weight: float = 0.25
     cue_weight: float = 1.0  # difficulty cues (``models.intent.cues``) of the whole message and of the ask
     version: int = FEATURE_VERSION
 
@@ -110,7 +110,7 @@ class FeatureConfig:
             meta_weight=float(data["meta_weight"]),
             norm_power=float(data.get("norm_power", 0.5)),
             ask_weight=float(data.get("ask_weight", 1.0)),
-            whole_weight=float(data.get("whole_weight", 1.0)),
+            whole_weight=float(data.get("whole_weight", 0.25)),
             cue_weight=float(data.get("cue_weight", 1.0)),
             version=version,
         )
