@@ -77,7 +77,7 @@ def _check_config(path: Path) -> str:
     text = path.read_text(encoding="utf-8")
     if path.suffix == ".toml":
         if sys.version_info >= (3, 11):
-            import tomllib
+            import tomllib  # novermin (3.11 branch)
         else:  # pragma: no cover
             import tomli as tomllib
         tomllib.loads(text)
