@@ -11,7 +11,8 @@ from pathlib import Path
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    bench = subparsers.add_parser("bench", help="benchmarks: kiosk (end to end), scale (sustained load), knowledge (venue facts)")
+    bench = subparsers.add_parser(
+        "bench", help="benchmarks: kiosk (end to end), scale (sustained load), knowledge (venue facts)")
     sub = bench.add_subparsers(dest="bench_command", metavar="BENCH")
     sub.required = True
 

@@ -161,8 +161,9 @@ def latency_figures(base: KnowledgeBase, rows: list[dict[str, Any]], rounds: int
     assert active is not None
     # Wall time includes the scheduler: on a shared 2-core machine a query preempted for one time
     # slice takes ~10 ms of wall time for 0.3 ms of work. The thread's CPU time is the query's cost.
-    return {"chunks": len(active.pack.facts), "queries": len(samples), "index_build_ms": round(active.index.build_ms, 1),
-            "p50_ms": round(percentile(samples, 50), 4), "p99_ms": round(percentile(samples, 99), 4),
+    return {"chunks": len(active.pack.facts), "queries": len(samples),
+            "index_build_ms": round(active.index.build_ms, 1), "p50_ms": round(percentile(samples, 50), 4),
+            "p99_ms": round(percentile(samples, 99), 4),
             "max_ms": round(max(samples), 4), "cpu_p50_ms": round(percentile(cpu, 50), 4),
             "cpu_p99_ms": round(percentile(cpu, 99), 4), "dense": active.index.vectors is not None}
 
@@ -223,7 +224,7 @@ async def model_figures(base: KnowledgeBase, rows: list[dict[str, Any]], covered
         return states_key_fact(text, r["key"]) and not is_refusal(text)
 
     return {
-        "model": "SmolLM2-135M-Instruct Q4_1 (embedded), temperature 0, max_tokens %d" % max_tokens,
+        "model": f"SmolLM2-135M-Instruct Q4_1 (embedded), temperature 0, max_tokens {max_tokens}",
         "covered_sample": len(cov), "uncovered_sample": len(unc),
         "key_fact_rate_grounded": share(cov, "grounded", key_ok),
         "key_fact_rate_ungrounded": share(cov, "ungrounded", key_ok),

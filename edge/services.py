@@ -61,6 +61,8 @@ class Services:
         self.pipeline.cache = self.cache
         if settings.knowledge.enabled:
             self._init_knowledge()
+            if self.obs is not None:
+                self.obs.sources.knowledge_status = self.knowledge.status
         if self.obs is not None:
             self.pipeline.observe = self.obs.observe_request
             self.obs.bind_state(
