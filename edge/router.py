@@ -160,6 +160,13 @@ class Router:
                 return d
             return self._to_cloud(d, edge_incapable, live, allow_degraded=d.edge_ok)
 
+        # Strict venue knowledge: a venue question nothing in the pack answers gets the operator's
+        # "ask staff" text, whatever its difficulty: no backend knows this venue better than its pack.
+        if evidence is not None and evidence.refuse:
+            rules.append(evidence.rule)
+            d.route, d.reason, d.knowledge_refusal, d.cloud_ok = "edge", "knowledge:none:refused", True, False
+            return d
+
         # 3. The classifier (single-turn text only: hard rules caught the rest).
         borderline = False
         if self.classifier is not None:
@@ -184,9 +191,6 @@ class Router:
         # question a good edge candidate (the answer is in the prompt); none makes it a poor one.
         if evidence is not None and evidence.venue:
             rules.append(evidence.rule)
-            if evidence.refuse:
-                d.route, d.reason, d.knowledge_refusal, d.cloud_ok = "edge", "knowledge:none:refused", True, False
-                return d
             if evidence.strength == "strong":
                 borderline, d.reason = False, evidence.rule
             elif evidence.strength == "none":

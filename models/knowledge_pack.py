@@ -210,6 +210,9 @@ def _split_list(value: str, sep: str) -> tuple[str, ...]:
 
 
 def _check_meta(name: Any, version: Any, refusal: Any, source: str) -> tuple[str, str, dict[str, str]]:
+    if name is None or version is None:
+        raise ValueError(f"knowledge pack {source}: no 'name' or 'version' (Markdown: start the file with a "
+                         "'---' header holding 'name:' and 'version:' lines; JSON: 'name' and 'pack_version')")
     if not isinstance(name, str) or not _NAME_RE.match(name):
         raise ValueError(f"knowledge pack {source}: 'name' {name!r} must be letters, digits, '.', '_' or '-'")
     if not isinstance(version, str) or not version.strip() or len(version) > 64:

@@ -66,7 +66,7 @@ def test_example_pack_is_bilingual_and_about_150_facts() -> None:
     (GOOD_MD.replace("## toilets (zh)", "## toilets"), "line 13: the language ''"),
     (GOOD_MD.replace("Toilets are", "T" * (MAX_FACT_CHARS + 1)),
      f"line 8: the fact is {MAX_FACT_CHARS + 34} characters, more than {MAX_FACT_CHARS}"),
-    (GOOD_MD.replace("name: test-mall\n", ""), "'name' None"),
+    (GOOD_MD.replace("name: test-mall\n", ""), "mall.md: no 'name' or 'version'"),
     (GOOD_MD.replace("---\nCommentary", "Commentary"), "line 5: expected 'key: value' in the header"),
     ("---\nname: a\nversion: 1\n", "line 1: the '---' header is not closed"),
     (GOOD_MD.replace("## toilets (zh)", "## bad id! (zh)"), "line 13: a fact heading is '## id (lang)'"),
