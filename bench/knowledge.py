@@ -24,6 +24,7 @@ import asyncio
 import json
 import random
 import statistics
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -208,6 +209,8 @@ async def model_figures(base: KnowledgeBase, rows: list[dict[str, Any]], covered
             grounded_text, grounded_ms = await answer(grounded)
             prefill_plain.append(plain_ms)
             prefill_grounded.append(grounded_ms)
+            print(f"  model {len(results) + 1}/{len(covered) + len(uncovered)}: prefill {plain_ms:.0f} / "
+                  f"{grounded_ms:.0f} ms", file=sys.stderr, flush=True)
             results.append({"q": row["q"], "covered": bool(row["expect"]), "key": row["key"],
                             "ungrounded": plain_text, "grounded": grounded_text,
                             "strength": evidence.strength if evidence else None})
