@@ -21,7 +21,7 @@ from models.knowledge_pack import MAX_PACK_BYTES
 
 from .service import KnowledgeBase
 
-_MARKDOWN_TYPES = ("text/markdown", "text/x-markdown", "text/plain")
+_MARKDOWN_TYPES = ("text/markdown", "text/x-markdown")  # edge/http_guard.py lets these through here
 
 
 def knowledge_admin_router(

@@ -3,7 +3,8 @@
 ``check`` validates a pack on this machine (no gateway needed: what an operator runs before
 shipping a pack in a bundle) and can try questions against it. ``load``, ``status`` and ``search``
 talk to a running gateway's admin API, which holds the active index; the admin token comes from
-``--token`` or ``EDGECLOUD_SERVER_ADMIN_TOKEN`` and is sent only as a bearer header.
+``EDGECLOUD_SERVER_ADMIN_TOKEN`` or ``--token-file`` (never a flag: ``ps`` would show it to every
+local user) and is sent only as a bearer header.
 """
 
 from __future__ import annotations
@@ -15,14 +16,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from edge.cache_cli import DEFAULT_URL, TOKEN_ENV
+from edge.cache_cli import DEFAULT_URL, TOKEN_ENV, read_token
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("knowledge", help="venue knowledge packs: check, load, status, search")
     p.add_argument("--url", default=os.environ.get("EDGECLOUD_URL", DEFAULT_URL),
                    help=f"the gateway (default {DEFAULT_URL}, or EDGECLOUD_URL)")
-    p.add_argument("--token", default=None, help=f"admin token (default: ${TOKEN_ENV})")
+    p.add_argument("--token-file", type=Path, default=None,
+                   help=f"file holding the admin token, '-' for standard input (default: ${TOKEN_ENV})")
+    p.add_argument("--token", default=None, help=argparse.SUPPRESS)  # refused with a clear error
     p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the gateway")
     sub = p.add_subparsers(dest="knowledge_command", metavar="ACTION")
     sub.required = True
@@ -89,9 +92,17 @@ def _request(args: argparse.Namespace) -> tuple[str, str, dict[str, Any]]:
 def run_remote(args: argparse.Namespace) -> int:
     import httpx
 
-    token = args.token or os.environ.get(TOKEN_ENV)
+    if args.token is not None:
+        print(f"error: --token would show the admin token to every local user (ps); set {TOKEN_ENV} "
+              "or use --token-file", file=sys.stderr)
+        return 2
+    try:
+        token = read_token(args.token_file) if args.token_file else os.environ.get(TOKEN_ENV)
+    except OSError as exc:
+        print(f"error: cannot read the token file {args.token_file}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
     if not token:
-        print(f"error: an admin token is needed (--token or {TOKEN_ENV})", file=sys.stderr)
+        print(f"error: an admin token is needed ({TOKEN_ENV} or --token-file)", file=sys.stderr)
         return 2
     try:
         method, path, kwargs = _request(args)
