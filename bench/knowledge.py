@@ -209,8 +209,12 @@ async def model_figures(base: KnowledgeBase, rows: list[dict[str, Any]], covered
             grounded_text, grounded_ms = await answer(grounded)
             prefill_plain.append(plain_ms)
             prefill_grounded.append(grounded_ms)
-            print(f"  model {len(results) + 1}/{len(covered) + len(uncovered)}: prefill {plain_ms:.0f} / "
-                  f"{grounded_ms:.0f} ms", file=sys.stderr, flush=True)
+            if row["expect"]:
+                verdict = f"key fact {states_key_fact(plain_text, row['key'])} / {states_key_fact(grounded_text, row['key'])}"
+            else:
+                verdict = f"don't know {is_refusal(plain_text)} / {is_refusal(grounded_text)}"
+            print(f"  model {len(results) + 1}/{len(covered) + len(uncovered)} (ungrounded / grounded): {verdict}; "
+                  f"prefill {plain_ms:.0f} / {grounded_ms:.0f} ms", file=sys.stderr, flush=True)
             results.append({"q": row["q"], "covered": bool(row["expect"]), "key": row["key"],
                             "ungrounded": plain_text, "grounded": grounded_text,
                             "strength": evidence.strength if evidence else None})

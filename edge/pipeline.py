@@ -127,9 +127,20 @@ class Pipeline:
             cloud_ttft_p95_s=cloud.ttft_p95_s() if cloud and cloud.enabled else None,
         )
 
-    def decide(self, req: ChatRequest) -> Decision:
-        evidence = self.knowledge.evidence(req.last_user_message) if self.knowledge is not None else None
+    def decide(self, req: ChatRequest, evidence: Any = None) -> Decision:
+        if evidence is None and self.knowledge is not None:
+            evidence = self.knowledge.evidence(req.last_user_message)
         return self.router.decide(req, self.live_state(), self.edge.count_prompt_tokens(req), evidence=evidence)
+
+    async def evidence(self, req: ChatRequest) -> Any:
+        """Venue evidence for the request: BM25 is sub-millisecond and runs here; the optional dense
+        vectors run an embedding model (tens of ms), so then it runs in a worker thread."""
+        knowledge = self.knowledge
+        if knowledge is None:
+            return None
+        if knowledge.config.dense:
+            return await asyncio.to_thread(knowledge.evidence, req.last_user_message)
+        return knowledge.evidence(req.last_user_message)
 
     def new_record(self, req: ChatRequest) -> RequestRecord:
         return RequestRecord(
@@ -173,7 +184,7 @@ class Pipeline:
                     return self._cache_answer(req, timer, record, hit)
             record.cache = "miss" if policy.read else "bypass"
 
-        decision = self.decide(req)
+        decision = self.decide(req, await self.evidence(req))
         timer.mark("route")
         record.scenario, record.label, record.confidence = decision.scenario, decision.label, decision.confidence
         if decision.error is not None:

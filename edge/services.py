@@ -134,18 +134,23 @@ class Services:
                 log.error("the installed bundle's FAQ pack was not loaded: %s", exc)
 
     def _init_knowledge(self) -> None:
-        """Venue knowledge (edge/knowledge): settings' packs, then the installed bundle's (the newer)."""
+        """Venue knowledge (edge/knowledge); its packs are indexed in ``_load_models``, off the loop."""
         from .knowledge import KnowledgeBase
 
         registry = self.obs.registry if self.obs is not None else None
         self.knowledge = KnowledgeBase(self.settings.knowledge, self.cache, self.settings.cache.knowledge_version,
                                        registry)
         self.pipeline.knowledge = self.knowledge
+
+    async def _load_knowledge(self) -> None:
+        """Settings' packs, then the installed bundle's (the newer); a bad one is logged and skipped."""
+        if self.knowledge is None:
+            return
         current = self.store.current() if self.store is not None else None
         bundled = current.artifacts.get("knowledge") if current is not None else None
         for path in [*self.settings.knowledge.paths, *([bundled] if bundled else [])]:
             try:
-                self.knowledge.load_path(Path(path))
+                await asyncio.to_thread(self.knowledge.load_path, Path(path))
             except Exception as exc:
                 self.knowledge.last_error = str(exc)
                 log.error("knowledge pack %s not loaded: %s", path, exc)
@@ -178,7 +183,7 @@ class Services:
 
     async def _load_models(self) -> None:
         try:
-            await asyncio.gather(self.edge.load(), self._load_classifier())
+            await asyncio.gather(self.edge.load(), self._load_classifier(), self._load_knowledge())
             if self.cache is not None:
                 self.cache.set_fingerprint(self.fingerprint())
         finally:
