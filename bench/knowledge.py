@@ -210,7 +210,8 @@ async def model_figures(base: KnowledgeBase, rows: list[dict[str, Any]], covered
             prefill_plain.append(plain_ms)
             prefill_grounded.append(grounded_ms)
             if row["expect"]:
-                verdict = f"key fact {states_key_fact(plain_text, row['key'])} / {states_key_fact(grounded_text, row['key'])}"
+                keys = row["key"]
+                verdict = f"key fact {states_key_fact(plain_text, keys)} / {states_key_fact(grounded_text, keys)}"
             else:
                 verdict = f"don't know {is_refusal(plain_text)} / {is_refusal(grounded_text)}"
             print(f"  model {len(results) + 1}/{len(covered) + len(uncovered)} (ungrounded / grounded): {verdict}; "
