@@ -32,7 +32,7 @@ from .disclosure import public_load_error
 from .errors import APIError, internal, invalid
 from .openai_format import DONE, ChunkWriter, completion_body
 from .pipeline import Answer
-from .schemas import parse_chat_request
+from .schemas import PART_TYPES, ROLES, parse_chat_request
 from .services import Services
 from .types import ChatRequest, Finish, TextDelta
 
@@ -52,12 +52,12 @@ CHAT_SCHEMA: dict[str, Any] = {
                 "type": "object",
                 "required": ["role"],
                 "properties": {
-                    "role": {"type": "string", "enum": ["system", "developer", "user", "assistant", "tool"]},
+                    "role": {"type": "string", "enum": sorted(ROLES)},
                     "content": {
                         "anyOf": [
                             {"type": "string"},
                             {"type": "array", "items": {"type": "object", "required": ["type"], "properties": {
-                                "type": {"type": "string", "enum": ["text", "image_url"]},
+                                "type": {"type": "string", "enum": sorted(PART_TYPES)},
                                 "text": {"type": "string"}}}},
                             {"type": "null"},
                         ]

@@ -18,6 +18,7 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from cloud_bridge.errors import PROVIDER_FAULT_KINDS
 from edge.config import Settings, SlaTarget
 from edge.records import RequestRecord
 
@@ -34,7 +35,7 @@ from .metrics import (
     safe_call,
 )
 from .monitor import SlaMonitor
-from .sla import MINUTE_S, MinuteRow, evaluate, minute_of, percentile
+from .sla import MINUTE_S, MinuteRow, evaluate, minute_of, rollup
 from .store import MinuteStore, StoredRow
 
 log = logging.getLogger(__name__)
@@ -84,20 +85,6 @@ def call_ttft_ms(rec: object) -> float | None:
         mark = _number(getattr(t, "first_token_ms", None)) or _number(getattr(t, "first_byte_ms", None))
         return None if mark is None else max(0.0, mark - float(t.attempt_start_ms))
     return call_phases(rec)["first_byte"]
-
-
-# Failures the provider answers for (its SLA); auth, size and client errors are the caller's.
-PROVIDER_FAULT_KINDS = frozenset(
-    {
-        "server_error",
-        "connect",
-        "timeout_connect",
-        "timeout_ttft",
-        "timeout_gap",
-        "timeout_total",
-        "bad_response",
-    }
-)
 
 
 def knowledge_summary(status: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -411,9 +398,7 @@ class Observability:
         misses = sum(u.cache_misses for u in totals.values())
         saved = sum(u.avoided_usd for u in totals.values())
         spent = sum(u.cost_usd for u in totals.values())
-        all_ttft = sorted(
-            v for r in rows.values() if r.scope == "route" and r.minute >= oldest for v in r.ttft_samples
-        )
+        all_ttft, _ = rollup(r for r in rows.values() if r.scope == "route" and r.minute >= oldest)
         update = safe_call(src.update_status, {})
         return {
             "generated_at": now,
@@ -427,7 +412,7 @@ class Observability:
                 "errors": sum(u.errors for u in totals.values()),
             },
             "ttft": series,
-            "ttft_last_hour": {"p50": percentile(all_ttft, 50), "p99": percentile(all_ttft, 99)},
+            "ttft_last_hour": {"p50": all_ttft.quantile(50), "p99": all_ttft.quantile(99)},
             "providers": providers,
             "cache": {
                 "hits": hits,
