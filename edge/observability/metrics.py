@@ -251,6 +251,7 @@ class StateSources:
     breaker_states: Callable[[], dict[str, str]] | None = None
     update_status: Callable[[], dict[str, Any]] | None = None
     installed_version: Callable[[], str | None] | None = None
+    knowledge_status: Callable[[], dict[str, Any]] | None = None  # edge/knowledge: pack, hit ratio, to-do list
 
 
 # Bounded, non-secret fields of the update status that become labels of ``edgecloud_update_info``.
