@@ -28,11 +28,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from . import __version__
 from .config import ROUTE_NAMES, Settings
 from .errors import APIError, internal, invalid
-from .openai_format import DONE, ChunkWriter, completion_body
+from .openai_format import DONE, ChunkWriter, assemble_tool_calls, completion_body
 from .pipeline import Answer
 from .schemas import parse_chat_request
 from .services import Services
-from .types import ChatRequest, Finish, TextDelta
+from .types import ChatRequest, Finish, TextDelta, ToolCallDelta
 
 log = logging.getLogger("edgecloud.app")
 
@@ -211,6 +211,8 @@ async def _sse(answer: Answer, writer: ChunkWriter, include_usage: bool) -> Asyn
         async for event in answer.events():
             if isinstance(event, TextDelta):
                 yield writer.content(event.text)
+            elif isinstance(event, ToolCallDelta):
+                yield writer.tool_call(event)
             else:
                 timings = _timings(answer, event)
                 yield writer.finish(event.finish_reason, None if include_usage else timings)
@@ -352,7 +354,8 @@ def create_app(settings: Settings) -> FastAPI:
             answer, finish = retry, await _collect(retry)
             if isinstance(finish, APIError):
                 return error_response(finish, request_id)
-        body_out = completion_body(completion_id, req.model, answer.text, finish, _timings(answer, finish))
+        body_out = completion_body(completion_id, req.model, answer.text, finish, _timings(answer, finish),
+                                   assemble_tool_calls(answer.tool_calls))
         return JSONResponse(body_out, headers=_headers(answer, request_id, True, finish))
 
     @app.post(
@@ -383,5 +386,8 @@ def create_app(settings: Settings) -> FastAPI:
                 out["route"], out["reason"] = "cache", "faq" if hit.reason == "faq" else f"cache:{hit.reason}"
         return JSONResponse(out, headers={"x-request-id": request_id})
 
+    from .responses_api import mount_responses
+
+    mount_responses(app, settings)  # POST /v1/responses, over the same pipeline
     Services.mount_feature_routes(app, require_admin)
     return app

@@ -43,6 +43,7 @@ from typing import Any
 
 from . import zero_pages
 from .config import EdgeModelConfig
+from .constrained import request_constraints
 from .errors import APIError, overloaded, unavailable
 from .types import ChatRequest, Finish, TextDelta, Usage
 
@@ -348,8 +349,8 @@ class LocalModel:
         return n
 
     @staticmethod
-    def _prompt_tokens(model: LoadedModel, messages: list[dict[str, str]]) -> list[int]:
-        prompt = model.formatter(messages=messages).prompt
+    def _prompt_tokens(model: LoadedModel, messages: list[dict[str, str]], tools: list[Any] | None = None) -> list[int]:
+        prompt = model.formatter(messages=messages, tools=tools).prompt
         return model.llama.tokenize(prompt.encode("utf-8"), add_bos=False, special=True)
 
     # ----- generation --------------------------------------------------------------------------
@@ -411,7 +412,10 @@ class LocalModel:
         started = time.perf_counter()
         llama = model.llama
         try:
-            tokens = self._prompt_tokens(model, _as_dicts(req))
+            # >>> Per-request constraints (edge/constrained.py): the offered tools go into the chat
+            # template, the request's GBNF grammar into this request's own sampler chain. <<<
+            tools, grammar = request_constraints(llama, req)
+            tokens = self._prompt_tokens(model, _as_dicts(req), tools)
             max_tokens = req.max_tokens or self.config.default_max_tokens
             if len(tokens) >= model.n_ctx:
                 raise APIError(
@@ -439,6 +443,7 @@ class LocalModel:
                 top_k=40 if temp > 0 else 1,
                 min_p=0.05,
                 repeat_penalty=1.0,
+                grammar=grammar,
             )
             prev: list[int] = []
             for token in gen:
