@@ -40,17 +40,17 @@ _ENFORCED = frozenset({
 _TYPES = frozenset({"string", "number", "integer", "boolean", "null", "object", "array"})
 _FORMATS = frozenset({"date", "time", "date-time", "uuid"})
 # Bounds the grammar adds where the schema has none (the schema itself is not changed).
-STRING_CAP = 200
-ARRAY_CAP = 16
+STRING_CAP = 64
+ARRAY_CAP = 8
 # The converter's ``char`` rule is ``[^"\\]``: raw newlines and tabs inside strings, which no JSON
 # parser accepts. This one is JSON's own (RFC 8259 section 7).
 _CHAR_RULE = r'char ::= [^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4})'
-_JSON_OBJECT_GBNF = r"""root ::= "{" space ( member ( "," space member ){0,31} )? "}" space
+_JSON_OBJECT_GBNF = r"""root ::= "{" space ( member ( "," space member ){0,15} )? "}" space
 member ::= string ":" space value
 value ::= object | array | string | number | ("true" | "false" | "null") space
-object ::= "{" space ( member ( "," space member ){0,15} )? "}" space
-array ::= "[" space ( value ( "," space value ){0,15} )? "]" space
-string ::= "\"" char{0,200} "\"" space
+object ::= "{" space ( member ( "," space member ){0,7} )? "}" space
+array ::= "[" space ( value ( "," space value ){0,7} )? "]" space
+string ::= "\"" char{0,64} "\"" space
 char ::= [^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4})
 number ::= "-"? ([0-9] | [1-9] [0-9]{0,15}) ("." [0-9]{1,15})? ([eE] [-+]? [0-9]{1,3})? space
 space ::= " "?
