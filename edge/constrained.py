@@ -25,8 +25,11 @@ Events = AsyncIterator[TextDelta | ToolCallDelta | Finish]
 
 
 def edge_blocker(req: ChatRequest, edge_tools: str) -> str | None:
-    """Why the device cannot honour this request's tools or ``response_format`` (a router reason
-    such as ``response-format:unsupported:minimum``); None when it can."""
+    """Why the device cannot honour this request's tools, ``response_format`` or another field only the
+    cloud implements (a router reason such as ``response-format:unsupported:minimum`` or
+    ``fields:logprobs``); None when it can."""
+    if req.extra.get("cloud_only"):
+        return "fields:" + ",".join(req.extra["cloud_only"])
     spec = req.output
     if spec is not None and spec.kind != "text":
         if wants_call(req):
@@ -47,6 +50,8 @@ def edge_note(req: ChatRequest, edge_tools: str) -> str | None:
 
 def blocker_param(reason: str) -> str:
     """The request field a blocker reason is about (for a 400 that names it)."""
+    if reason.startswith("fields:"):
+        return reason[len("fields:"):].split(",")[0]
     return "response_format" if reason.startswith("response-format") else "tools"
 
 

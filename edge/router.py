@@ -146,7 +146,7 @@ class Router:
         # 2. Hard rules.
         if edge_incapable is not None:
             rules.append(edge_incapable)
-            if edge_incapable.startswith(("tools:", "response-format:")) and not live.cloud_enabled:
+            if edge_incapable.startswith(("tools:", "response-format:", "fields:")) and not live.cloud_enabled:
                 param = blocker_param(edge_incapable)
                 d.route, d.reason = "cloud", edge_incapable
                 d.error = APIError(400, f"The on-device model cannot honour '{param}' here ({edge_incapable}) and "
@@ -227,7 +227,7 @@ class Router:
         return None
 
     def _edge_incapable(self, req: ChatRequest, live: LiveState, prompt_tokens: int) -> str | None:
-        if req.has_tools or req.has_schema:
+        if req.has_tools or req.has_schema or req.extra.get("cloud_only"):
             why = edge_blocker(req, live.edge_tools)
             if why is not None:
                 return why

@@ -146,6 +146,7 @@ def parse_chat_request(body: Any, settings: Settings, headers: dict[str, str] | 
     req.user = user
 
     parse_tools(body, req)
+    cloud_only_fields(body, req)
     if body.get("tools") or body.get("functions") or body.get("tool_choice") not in (None, "none"):
         req.has_tools = True
     response_format = body.get("response_format")
@@ -163,6 +164,25 @@ def parse_chat_request(body: Any, settings: Settings, headers: dict[str, str] | 
         req.cache_control = headers.get("cache-control")
         req.cache_header = headers.get("x-edgecloud-cache")
     return req
+
+
+# OpenAI chat fields the on-device runner does not implement, with the values that ask for nothing.
+# Set to anything else, they go to the cloud unchanged (and the edge refuses them by name).
+CLOUD_ONLY: dict[str, tuple[Any, ...]] = {
+    "logprobs": (None, False), "top_logprobs": (None, 0), "logit_bias": (None, {}), "presence_penalty": (None, 0),
+    "frequency_penalty": (None, 0), "audio": (None,), "modalities": (None, ["text"]), "prediction": (None,),
+    "reasoning_effort": (None,), "web_search_options": (None,), "service_tier": (None, "auto", "default"),
+    "metadata": (None, {}), "store": (None, False),
+}
+
+
+def cloud_only_fields(body: dict[str, Any], req: ChatRequest) -> None:
+    """Note the fields only the cloud can honour (``req.extra["cloud_only"]``) and pass them on to it."""
+    names = [name for name, idle in CLOUD_ONLY.items() if name in body and not any(
+        body[name] == v and isinstance(body[name], bool) == isinstance(v, bool) for v in idle)]
+    if names:
+        req.extra["cloud_only"] = names
+        req.extra.setdefault("passthrough", {}).update({name: body[name] for name in names})
 
 
 def tool_message(raw: dict[str, Any], role: str, text: str, at: str) -> Message:
@@ -207,7 +227,7 @@ def reject_for_edge(req: ChatRequest, edge_tools: str = "off") -> None:
         param = req.extra.get("non_text_params", ["messages"])[0]
         raise APIError(400, "The on-device model accepts text content only.", "invalid_request_error",
                        param, "unsupported_content")
-    if req.has_tools or req.has_schema:
+    if req.has_tools or req.has_schema or req.extra.get("cloud_only"):
         why = edge_blocker(req, edge_tools)
         if why is not None:
             param = blocker_param(why)

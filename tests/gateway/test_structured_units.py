@@ -154,3 +154,31 @@ def test_responses_body_to_chat():
     assert chat["tool_choice"] == {"type": "function", "function": {"name": "show_map"}}
     assert chat["response_format"] == {"type": "json_schema", "json_schema": {
         "name": "x", "schema": {"type": "object"}, "strict": True}}
+
+
+
+@pytest.mark.parametrize(("body", "noted"), [
+    ({"logprobs": True, "top_logprobs": 2}, ["logprobs", "top_logprobs"]),
+    ({"presence_penalty": 0.5}, ["presence_penalty"]),
+    ({"presence_penalty": 0.0, "logprobs": False, "modalities": ["text"], "store": False}, None),
+])
+def test_fields_only_the_cloud_honours_are_noted_not_dropped(body, noted):
+    from pathlib import Path
+
+    from edge.cache.policy import decide_policy
+    from edge.config import CacheConfig
+    from edge.router import LiveState, Router, RouterConfig
+    from edge.schemas import parse_chat_request, reject_for_edge
+    from harness import make_settings
+
+    req = parse_chat_request({"messages": [{"role": "user", "content": "hi"}], **body}, make_settings(Path("/tmp")))
+    assert req.extra.get("cloud_only") == noted
+    if noted is None:
+        return
+    assert all(req.extra["passthrough"][name] == body[name] for name in noted), "the cloud gets them unchanged"
+    d = Router(RouterConfig()).decide(req, LiveState(cloud_enabled=True, cloud_available=True), 10)
+    assert (d.route, d.reason) == ("cloud", "fields:" + ",".join(noted))
+    assert not decide_policy(req, CacheConfig()).read
+    with pytest.raises(APIError) as info:
+        reject_for_edge(req, "hermes")
+    assert info.value.status == 400 and info.value.param == noted[0]
