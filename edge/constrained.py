@@ -36,6 +36,8 @@ def edge_blocker(req: ChatRequest, edge_tools: str) -> str | None:
             return "tools:with-response-format"
         if spec.unsupported:
             return "response-format:unsupported:" + ",".join(spec.unsupported)
+    if req.extra.get("tools_unconvertible"):
+        return "tools:unsupported-schema:not-convertible"
     return tools_blocker(req, edge_tools)
 
 
@@ -57,9 +59,13 @@ def blocker_param(reason: str) -> str:
 
 def prepare(req: ChatRequest, edge_tools: str) -> None:
     """Give a tool request the device can serve its grammar (the template's call format is known
-    only once a model is loaded, so this runs at decision time, not at parse time)."""
+    only once a model is loaded, so this runs at decision time, before the router, not at parse time)."""
     if wants_call(req) and req.grammar is None and edge_blocker(req, edge_tools) is None:
-        req.grammar = tools_grammar(req, edge_tools)
+        try:
+            req.grammar = tools_grammar(req, edge_tools)
+        except Exception:  # the converter asserts on shapes it cannot read: the cloud takes the request
+            req.extra["tools_unconvertible"] = True
+            return
         req.extra["tool_format"] = edge_tools
 
 

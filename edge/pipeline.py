@@ -134,9 +134,8 @@ class Pipeline:
 
     def decide(self, req: ChatRequest) -> Decision:
         live = self.live_state()
-        decision = self.router.decide(req, live, self.edge.count_prompt_tokens(req))
         prepare(req, live.edge_tools)  # a tool request the device may answer gets its grammar
-        return decision
+        return self.router.decide(req, live, self.edge.count_prompt_tokens(req))
 
     def new_record(self, req: ChatRequest) -> RequestRecord:
         return RequestRecord(

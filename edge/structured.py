@@ -113,7 +113,10 @@ def parse_response_format(value: Any, param: str = "response_format") -> OutputS
 def unsupported_features(schema: Any) -> list[str]:
     """The JSON Schema features in ``schema`` that the grammar would not enforce, sorted, unique."""
     found: set[str] = set()
-    _check(schema, schema, found, 0)
+    try:
+        _check(schema, schema, found, 0)
+    except (TypeError, ValueError, AttributeError, RecursionError):  # shapes no schema has (a dict as a type)
+        return ["malformed schema"]
     return sorted(found)
 
 

@@ -182,3 +182,9 @@ def test_fields_only_the_cloud_honours_are_noted_not_dropped(body, noted):
     with pytest.raises(APIError) as info:
         reject_for_edge(req, "hermes")
     assert info.value.status == 400 and info.value.param == noted[0]
+
+
+@pytest.mark.parametrize("schema", [
+    {"type": [{}]}, {"properties": {"a": {"type": {"x": 1}}}}, {"enum": [{}], "type": []}])
+def test_malformed_schemas_are_named_not_crashed_on(schema):
+    assert unsupported_features(schema)
