@@ -42,6 +42,11 @@ _FORMATS = frozenset({"date", "time", "date-time", "uuid"})
 # Bounds the grammar adds where the schema has none (the schema itself is not changed).
 STRING_CAP = 64
 ARRAY_CAP = 8
+# Lengths and counts the grammar spells out one nested rule per step: larger ones go to the cloud,
+# and so does a schema over MAX_SCHEMA_BYTES (it is converted on the event loop, and every rule
+# costs sampling time on the device).
+MAX_COUNT = 128
+MAX_SCHEMA_BYTES = 16 * 1024
 # The converter's ``char`` rule is ``[^"\\]``: raw newlines and tabs inside strings, which no JSON
 # parser accepts. This one is JSON's own (RFC 8259 section 7).
 _CHAR_RULE = r'char ::= [^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4})'
@@ -102,6 +107,8 @@ def parse_response_format(value: Any, param: str = "response_format") -> OutputS
         raise invalid(f"'{where}.strict' must be a boolean.", f"{where}.strict", "invalid_type")
     out = OutputSpec("json_schema", name=name, schema=schema, strict=bool(strict))
     out.unsupported = unsupported_features(schema)
+    if len(json.dumps(schema)) > MAX_SCHEMA_BYTES:
+        out.unsupported.append(f"schema over {MAX_SCHEMA_BYTES} bytes")
     if not out.unsupported:
         try:
             out.grammar = schema_grammar(schema)
@@ -151,9 +158,9 @@ def _check(node: Any, root: dict[str, Any], found: set[str], depth: int) -> None
         if kind != "string":
             found.add("minLength/maxLength without type string")
         if not _count_ok(node.get("minLength", 0)) or not _count_ok(node.get("maxLength", 0)):
-            found.add("minLength/maxLength not a count")
+            found.add(f"minLength/maxLength not a count up to {MAX_COUNT}")
     if not _count_ok(node.get("minItems", 0)) or not _count_ok(node.get("maxItems", 0)):
-        found.add("minItems/maxItems not a count")
+        found.add(f"minItems/maxItems not a count up to {MAX_COUNT}")
     fmt = node.get("format")
     if fmt is not None and fmt not in _FORMATS:
         found.add(f"format:{fmt}")
@@ -163,6 +170,8 @@ def _check(node: Any, root: dict[str, Any], found: set[str], depth: int) -> None
             found.add("pattern not anchored with ^...$")
         elif re.search(r"\(\?|\\[dDwWsSbB]|[*+?}]\?", pattern):
             found.add("pattern with lookaround, classes or lazy quantifiers")
+        elif any(int(n) > MAX_COUNT for n in re.findall(r"\{(\d+)", pattern) + re.findall(r",(\d+)\}", pattern)):
+            found.add(f"pattern repetition over {MAX_COUNT}")
     ref = node.get("$ref")
     if ref is not None and (not isinstance(ref, str) or not ref.startswith("#/") or _resolve(root, ref) is None):
         found.add(f"$ref:{ref}")
@@ -202,7 +211,7 @@ def _check(node: Any, root: dict[str, Any], found: set[str], depth: int) -> None
 
 
 def _count_ok(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 10_000
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_COUNT
 
 
 def _resolve(root: dict[str, Any], ref: str) -> Any:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import invalid
-from .structured import schema_grammar, unsupported_features, validate
+from .structured import MAX_SCHEMA_BYTES, schema_grammar, unsupported_features, validate
 from .types import ChatRequest, ToolCallDelta
 
 FORMATS = ("hermes", "llama3")
@@ -135,6 +135,8 @@ def edge_blocker(req: ChatRequest, edge_tools: str) -> str | None:
     if edge_tools not in FORMATS:
         return f"tools:{edge_tools}"
     bad = sorted({f for t in _offered(req) for f in unsupported_features(_params(t))})
+    if len(json.dumps([_params(t) for t in _offered(req)])) > MAX_SCHEMA_BYTES:
+        bad.append(f"parameters over {MAX_SCHEMA_BYTES} bytes")
     if bad:
         return "tools:unsupported-schema:" + ",".join(bad)
     return None

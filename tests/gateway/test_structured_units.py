@@ -188,3 +188,12 @@ def test_fields_only_the_cloud_honours_are_noted_not_dropped(body, noted):
     {"type": [{}]}, {"properties": {"a": {"type": {"x": 1}}}}, {"enum": [{}], "type": []}])
 def test_malformed_schemas_are_named_not_crashed_on(schema):
     assert unsupported_features(schema)
+
+
+def test_sizes_the_grammar_would_spell_out_go_to_the_cloud():
+    assert unsupported_features({"type": "string", "maxLength": 5000}) == ["minLength/maxLength not a count up to 128"]
+    assert unsupported_features({"type": "string", "pattern": "^a{1,999}$"}) == ["pattern repetition over 128"]
+    big = {"type": "object", "properties": {f"field_{i}": {"type": "string", "description": "x" * 100}
+                                            for i in range(200)}}
+    assert parse_response_format({"type": "json_schema", "json_schema": {"name": "n", "schema": big}}).unsupported == [
+        "schema over 16384 bytes"]
