@@ -69,8 +69,9 @@ def test_fifty_schemas_always_parse_and_validate_on_the_device(edge_gateway):
         choice = raw.parse().choices[0]
         try:
             assert choice.finish_reason == "stop", choice.finish_reason
-            jsonschema.validate(json.loads(choice.message.content), schema,
-                                format_checker=jsonschema.FormatChecker())
+            validator = jsonschema.Draft202012Validator(
+                schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
+            validator.validate(json.loads(choice.message.content))
         except (AssertionError, ValueError, jsonschema.ValidationError) as exc:
             failures.append((i, choice.message.content, str(exc)[:200]))
     assert not failures, failures
