@@ -43,6 +43,38 @@ KNOWN_UNSUPPORTED = frozenset({
 })
 
 
+# The request body in the OpenAPI document (what clients and the fuzz tests read); the handler
+# validates the body itself, field by field, so each error names the field.
+RESPONSES_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["input"],
+    "properties": {
+        "model": {"type": "string", "default": "edgecloud-auto"},
+        "input": {"anyOf": [
+            {"type": "string"},
+            {"type": "array", "minItems": 1, "items": {"type": "object", "properties": {
+                "type": {"type": "string", "enum": ["message", "function_call", "function_call_output"]},
+                "role": {"type": "string", "enum": ["user", "system", "developer", "assistant"]},
+                "content": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "object"}}]}}}},
+        ]},
+        "instructions": {"type": "string"},
+        "max_output_tokens": {"type": "integer", "minimum": 1},
+        "temperature": {"type": "number", "minimum": 0, "maximum": 2},
+        "top_p": {"type": "number", "minimum": 0, "maximum": 1},
+        "stream": {"type": "boolean"},
+        "tools": {"type": "array", "items": {"type": "object", "required": ["type", "name"], "properties": {
+            "type": {"type": "string", "enum": ["function"]}, "name": {"type": "string"},
+            "description": {"type": "string"}, "parameters": {"type": "object"}, "strict": {"type": "boolean"}}}},
+        "tool_choice": {"anyOf": [{"type": "string", "enum": ["none", "auto", "required"]}, {"type": "object"}]},
+        "text": {"type": "object", "properties": {"format": {"type": "object"}}},
+        "parallel_tool_calls": {"type": "boolean"},
+        "user": {"type": "string"},
+        "metadata": {"type": "object", "additionalProperties": {"type": "string"}},
+        "store": {"type": "boolean"},
+    },
+}
+
+
 def _unsupported(param: str, why: str = "") -> APIError:
     return invalid(f"'{param}' is not supported by this gateway's Responses API{why}.", param, "unsupported_parameter")
 
@@ -344,7 +376,8 @@ def mount_responses(app: Any, settings: Any) -> None:
     from .app import _collect, _headers, error_response, read_json_body, request_id_of
     from .schemas import parse_chat_request
 
-    @app.post("/v1/responses", tags=["openai"])
+    @app.post("/v1/responses", tags=["openai"], openapi_extra={"requestBody": {
+        "required": True, "content": {"application/json": {"schema": RESPONSES_SCHEMA}}}})
     async def create_response(request: Request) -> Response:
         request_id = request_id_of(request)
         pipeline = request.app.state.services.pipeline
