@@ -30,6 +30,7 @@ FORMATS = ("hermes", "llama3")
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 MAX_TOOLS = 128
 MAX_PARALLEL = 4  # calls in one on-device answer
+_MARKERS = ("<|", "|>", "<tool_call>", "</tool_call>", "<s>", "</s>", "[INST]")
 _EMPTY_PARAMS: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
 
 
@@ -104,9 +105,9 @@ def tool_format(template: str) -> str | None:
 def edge_tools_state(edge: Any) -> str:
     """What the loaded edge model can do with tools: a format of ``FORMATS``, ``off`` (the
     operator's ``[edge] tools_on_device = false``), ``template-without-tools`` or ``not-loaded``."""
-    if not getattr(edge.config, "tools_on_device", True):
+    if not getattr(getattr(edge, "config", None), "tools_on_device", True):
         return "off"
-    model = edge.model
+    model = getattr(edge, "model", None)
     if model is None:
         return "not-loaded"
     template = getattr(model.formatter, "template", None) or ""
@@ -134,6 +135,10 @@ def edge_blocker(req: ChatRequest, edge_tools: str) -> str | None:
         return None  # tool_choice "none": a plain text answer
     if edge_tools not in FORMATS:
         return f"tools:{edge_tools}"
+    if any(mark in json.dumps(req.tools, ensure_ascii=False) for mark in _MARKERS):
+        # The template renders tools as its own text (special tokens parsed): marker text there
+        # could open turns of its own, so such tools are the cloud's.
+        return "tools:marker-text"
     bad = sorted({f for t in _offered(req) for f in unsupported_features(_params(t))})
     if len(json.dumps([_params(t) for t in _offered(req)])) > MAX_SCHEMA_BYTES:
         bad.append(f"parameters over {MAX_SCHEMA_BYTES} bytes")
