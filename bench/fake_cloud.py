@@ -45,6 +45,16 @@ TLS handshake). ``time_scale`` shrinks every delay for quick runs.
 
 Answers are deterministic: ``"Echo: <last user message>"`` (or ``reply_text``) split into word
 tokens, truncated at ``max_tokens`` (finish_reason "length"), with exact ``usage``.
+
+Tools and structured output, the way OpenAI sends them: a request with ``tools`` (and a
+``tool_choice`` other than ``none``, and no tool result as its last message) is answered with tool
+calls: ``tool_calls`` (name + arguments objects) when set, else one call of the named or first tool
+with arguments made from its parameter schema. Streamed, each call's first chunk carries ``index``,
+``id``, ``type`` and ``function.name``; its ``arguments`` JSON follows in fragments of
+``tool_fragment_chars`` characters, one chunk each, then ``finish_reason: "tool_calls"``; the
+``cut`` fault counts those fragments, so a stream can be cut in the middle of a call. A tool result
+as the last message is answered ``"Done: <result>"``. ``response_format`` ``json_schema`` is
+answered with a JSON instance of the schema, ``json_object`` with ``{"echo": <last user message>}``.
 """
 
 from __future__ import annotations
@@ -117,6 +127,9 @@ class FakeCloudConfig:
     connection_setup_s: float = 0.0
     time_scale: float = 1.0
     seed: int = 1234
+    # Tool calls to answer a request with tools: [{"name": ..., "arguments": {...}}]; None: made up.
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_fragment_chars: int = 7
 
     def ttft_sample(self, rng: random.Random) -> float:
         """One TTFT from the lognormal with the configured median and P99 (heavier tail at peak)."""
@@ -313,6 +326,16 @@ async def _chat(
     if not isinstance(last_user, str):
         last_user = json.dumps(last_user)
     text = cfg.reply_text if cfg.reply_text is not None else f"Echo: {last_user}"
+    calls = _tool_calls(cfg, body, messages)
+    if calls:
+        await _tool_answer(cfg, st, rng, n, body, calls, fault, receive, send, http_version)
+        return
+    last = messages[-1] if messages and isinstance(messages[-1], dict) else {}
+    if last.get("role") == "tool" and cfg.reply_text is None:
+        text = f"Done: {last.get('content')}"
+    structured = _structured_reply(body.get("response_format"), last_user)
+    if structured is not None and cfg.reply_text is None:
+        text = structured
     tokens = _tokens(text)
     if fault == "huge":
         piece = "x" * 65536
@@ -432,6 +455,133 @@ async def _chat(
         raise exc
     if fault in ("malformed", "error_in_stream"):
         await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+def _tool_calls(cfg: FakeCloudConfig, body: dict[str, Any], messages: list[Any]) -> list[dict[str, Any]]:
+    """The calls this request is answered with (none: a text answer)."""
+    tools = [t for t in body.get("tools") or [] if isinstance(t, dict) and isinstance(t.get("function"), dict)]
+    choice = body.get("tool_choice")
+    last = messages[-1] if messages and isinstance(messages[-1], dict) else {}
+    if not tools or choice == "none" or last.get("role") == "tool":
+        return []
+    if cfg.tool_calls is not None:
+        return [{"name": c["name"], "arguments": json.dumps(c.get("arguments", {}))} for c in cfg.tool_calls]
+    tool = tools[0]["function"]
+    if isinstance(choice, dict):
+        name = (choice.get("function") or {}).get("name")
+        tool = next((t["function"] for t in tools if t["function"].get("name") == name), tool)
+    params = tool.get("parameters") or {"type": "object", "properties": {}}
+    return [{"name": tool.get("name", ""), "arguments": json.dumps(sample_instance(params))}]
+
+
+def _structured_reply(response_format: Any, last_user: str) -> str | None:
+    if not isinstance(response_format, dict):
+        return None
+    if response_format.get("type") == "json_object":
+        return json.dumps({"echo": last_user})
+    if response_format.get("type") == "json_schema":
+        schema = (response_format.get("json_schema") or {}).get("schema") or {}
+        return json.dumps(sample_instance(schema))
+    return None
+
+
+def sample_instance(schema: Any, root: Any = None, depth: int = 0) -> Any:
+    """A small value that validates against ``schema`` (the common JSON Schema keywords)."""
+    root = schema if root is None else root
+    if not isinstance(schema, dict) or depth > 20:
+        return None
+    if "$ref" in schema:
+        node: Any = root
+        for part in str(schema["$ref"]).lstrip("#/").split("/"):
+            node = node.get(part, {}) if isinstance(node, dict) else {}
+        return sample_instance(node, root, depth + 1)
+    if "const" in schema:
+        return schema["const"]
+    if schema.get("enum"):
+        return schema["enum"][0]
+    for key in ("anyOf", "oneOf"):
+        if schema.get(key):
+            return sample_instance(schema[key][0], root, depth + 1)
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), "null")
+    if kind == "object" or "properties" in schema:
+        props = schema.get("properties") or {}
+        return {name: sample_instance(sub, root, depth + 1) for name, sub in props.items()}
+    if kind == "array":
+        items = schema.get("items") or {}
+        return [sample_instance(items, root, depth + 1) for _ in range(max(1, schema.get("minItems", 1)))]
+    if kind == "string":
+        fmt = schema.get("format")
+        value = {"date": "2026-12-03", "time": "10:30:00Z", "date-time": "2026-12-03T10:30:00Z",
+                 "uuid": "123e4567-e89b-12d3-a456-426614174000"}.get(fmt, "B12")
+        return value.ljust(schema.get("minLength", 0), "x")
+    if kind == "integer":
+        return int(schema.get("minimum", 1))
+    if kind == "number":
+        return float(schema.get("minimum", 1.5))
+    if kind == "boolean":
+        return True
+    return None
+
+
+async def _tool_answer(
+    cfg: FakeCloudConfig, st: FakeCloudState, rng: random.Random, n: int, body: dict[str, Any],
+    calls: list[dict[str, Any]], fault: str, receive: Receive, send: Send, http_version: str,
+) -> None:
+    """Tool calls, whole (non-streaming) or with their arguments in fragments (streaming)."""
+    scale = cfg.time_scale
+    id_header = [(b"x-request-id", f"req_fake_{n}".encode())]
+    created = int(time.time())
+    chat_id = f"chatcmpl-fake{n}"
+    model = str(body.get("model") or cfg.model)
+    ids = [f"call_fake{n}_{i}" for i in range(len(calls))]
+    step = max(1, cfg.tool_fragment_chars)
+    pieces = [[c["arguments"][i:i + step] for i in range(0, len(c["arguments"]), step)] or [""] for c in calls]
+    prompt = _prompt_tokens(body.get("messages") or [])
+    completion = sum(len(p) for p in pieces) + 2 * len(calls)
+    usage = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    ttft = cfg.ttft_sample(rng) if cfg.latency_model else cfg.first_token_delay_s
+    if not body.get("stream"):
+        await asyncio.sleep(ttft * scale)
+        message = {"role": "assistant", "content": None, "refusal": None, "tool_calls": [
+            {"id": ids[i], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
+            for i, c in enumerate(calls)]}
+        await _json(send, 200, {"id": chat_id, "object": "chat.completion", "created": created, "model": model,
+                                "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls",
+                                             "logprobs": None}], "usage": usage}, id_header)
+        return
+    await send({"type": "http.response.start", "status": 200, "headers": [
+        (b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"), *id_header]})
+
+    def chunk(delta: dict[str, Any], finish_reason: str | None = None, use: Any = None) -> bytes:
+        obj: dict[str, Any] = {"id": chat_id, "object": "chat.completion.chunk", "created": created, "model": model,
+                               "choices": [] if use is not None else [
+                                   {"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}]}
+        if use is not None:
+            obj["usage"] = use
+        return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+    async def emit(data: bytes) -> None:
+        await send({"type": "http.response.body", "body": data, "more_body": True})
+
+    await emit(chunk({"role": "assistant", "content": None}))
+    await asyncio.sleep(ttft * scale)
+    sent = 0
+    for i, call in enumerate(calls):
+        await emit(chunk({"tool_calls": [{"index": i, "id": ids[i], "type": "function",
+                                          "function": {"name": call["name"], "arguments": ""}}]}))
+        for piece in pieces[i]:
+            if fault == "cut" and sent == cfg.cut_after:
+                raise _Cut  # uvicorn drops the connection in the middle of the call
+            sent += 1
+            await emit(chunk({"tool_calls": [{"index": i, "function": {"arguments": piece}}]}))
+    await emit(chunk({}, "tool_calls"))
+    if (body.get("stream_options") or {}).get("include_usage"):
+        await emit(chunk({}, use=usage))
+    await emit(b"data: [DONE]\n\n")
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+    st.completed_streams += 1
 
 
 async def _wait_disconnect(receive: Receive) -> None:

@@ -15,6 +15,7 @@ _EXPORTS = {
     "CloudBridge": "cloud_bridge.client",
     "ContentDelta": "cloud_bridge.client",
     "StreamDone": "cloud_bridge.client",
+    "ToolCallDelta": "cloud_bridge.events",
     "CloudConfig": "cloud_bridge.config",
     "ProviderConfig": "cloud_bridge.config",
     "CloudError": "cloud_bridge.errors",
@@ -25,6 +26,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from cloud_bridge.client import CallRecord, CloudBridge, ContentDelta, StreamDone
     from cloud_bridge.config import CloudConfig, ProviderConfig
     from cloud_bridge.errors import CloudError
+    from cloud_bridge.events import ToolCallDelta
     from cloud_bridge.timings import CallTimings
 
 
@@ -44,4 +46,5 @@ __all__ = [
     "ContentDelta",
     "ProviderConfig",
     "StreamDone",
+    "ToolCallDelta",
 ]

@@ -4,7 +4,8 @@ Why this shape: an escalated kiosk request should pay neither a fresh TCP+TLS ha
 clients are long-lived, warmed at start-up and kept warm while idle) nor an unlucky provider
 (retries with jittered back-off under a budget, a breaker per provider, fail-over in priority
 order). Retrying is only safe while nothing has reached the kiosk yet, so every retry decision
-happens before the first :class:`ContentDelta` is yielded; after it, a failure is raised with
+happens before the first :class:`ContentDelta` or :class:`ToolCallDelta` is yielded; after it, a
+failure is raised with
 ``before_first_token=False`` and the router decides.
 """
 
@@ -29,7 +30,7 @@ from cloud_bridge.breaker import CircuitBreaker
 from cloud_bridge.config import CloudConfig, ProviderConfig
 from cloud_bridge.deadline import DeadlineExceeded, Watchdog
 from cloud_bridge.errors import BREAKER_KINDS, CloudError
-from cloud_bridge.events import ContentDelta, StreamDone
+from cloud_bridge.events import ContentDelta, StreamDone, ToolCallDelta
 from cloud_bridge.percentile import nearest_rank
 from cloud_bridge.redact import RedactingFilter, Redactor, provider_secrets, safe_url
 from cloud_bridge.retry import RetryBudget, full_jitter_backoff
@@ -213,7 +214,7 @@ class CloudBridge:
             async for item in stream:
                 if isinstance(item, ContentDelta):
                     parts.append(item.text)
-                else:
+                elif isinstance(item, StreamDone):
                     done = item
         if done is None:  # pragma: no cover - stream_chat always ends with StreamDone or raises
             raise CloudError("bad_response", "the upstream stream ended without a result")
@@ -226,10 +227,10 @@ class CloudBridge:
         request_id: str,
         route_model: str = "edgecloud-cloud",
         deadline_s: float | None = None,
-    ) -> AsyncIterator[ContentDelta | StreamDone]:
-        """Yield the answer's text as it arrives, then one :class:`StreamDone`.
+    ) -> AsyncIterator[ContentDelta | ToolCallDelta | StreamDone]:
+        """Yield the answer's text and tool-call pieces as they arrive, then one :class:`StreamDone`.
 
-        Retries and fail-over happen only before the first ContentDelta. Closing this iterator
+        Retries and fail-over happen only before the first delta. Closing this iterator
         (or cancelling the task) closes the upstream response at once.
         """
         self._ensure_clients()
@@ -268,7 +269,7 @@ class CloudBridge:
                         self._attempt(prov, body, request_id, route_model, call_start, call_deadline, timings)
                     ) as agen:
                         async for item in agen:
-                            if isinstance(item, ContentDelta):
+                            if not isinstance(item, StreamDone):
                                 yielded = True
                                 yield item
                             else:
@@ -409,7 +410,7 @@ class CloudBridge:
         call_start: float,
         call_deadline: float,
         timings: CallTimings,
-    ) -> AsyncIterator[ContentDelta | StreamDone]:
+    ) -> AsyncIterator[ContentDelta | ToolCallDelta | StreamDone]:
         cfg = prov.cfg
         assert prov.client is not None and prov.chat_url is not None
         prov.last_used = time.monotonic()

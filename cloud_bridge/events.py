@@ -1,4 +1,4 @@
-"""What a cloud call yields: text deltas, then one StreamDone (shared by the client and reader)."""
+"""What a cloud call yields: text and tool-call deltas, then one StreamDone (shared by the client and reader)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,22 @@ class ContentDelta:
     """One piece of assistant text, passed on to the kiosk as it arrives."""
 
     text: str
+
+
+@dataclass(slots=True)
+class ToolCallDelta:
+    """One piece of a tool call, as the upstream sent it (OpenAI's ``delta.tool_calls[i]``).
+
+    The first piece of a call carries its ``id`` and ``name``; later pieces carry only argument
+    fragments. They are passed on as they arrive, never re-assembled here: the kiosk's SDK
+    assembles them, and a stream cut half-way is an error, not a shorter call.
+    """
+
+    index: int
+    id: str | None = None
+    name: str | None = None
+    arguments: str = ""
+    type: str | None = None
 
 
 @dataclass(slots=True)

@@ -18,7 +18,7 @@ import httpx
 from cloud_bridge.config import ProviderConfig
 from cloud_bridge.deadline import DeadlineExceeded, Watchdog
 from cloud_bridge.errors import CloudError
-from cloud_bridge.events import ContentDelta, StreamDone
+from cloud_bridge.events import ContentDelta, StreamDone, ToolCallDelta
 from cloud_bridge.redact import Redactor
 from cloud_bridge.retry import parse_retry_after
 from cloud_bridge.sse import SSEParser
@@ -92,8 +92,8 @@ class ResponseReader:
 
     async def read_json(
         self, response: httpx.Response, upstream_id: str | None, requested_model: str
-    ) -> AsyncIterator[ContentDelta | StreamDone]:
-        """A non-streaming answer: the whole text as one delta, then StreamDone."""
+    ) -> AsyncIterator[ContentDelta | ToolCallDelta | StreamDone]:
+        """A non-streaming answer: the whole text as one delta, each tool call whole, then StreamDone."""
         cfg = self.cfg
         trace = self.trace
         raw = await self.read_limited(response, cfg.max_response_bytes)
@@ -110,7 +110,9 @@ class ResponseReader:
             raise self.upstream_error(data["error"])
         try:
             choice = data["choices"][0]
-            text = choice.get("message", {}).get("content") or ""
+            message = choice.get("message", {})
+            text = message.get("content") or ""
+            calls = message.get("tool_calls") or []
             finish = choice.get("finish_reason") or "stop"
         except (KeyError, IndexError, TypeError, AttributeError):
             raise self.fail("bad_response", "response has no choices", status=200) from None
@@ -118,6 +120,11 @@ class ResponseReader:
         trace.timings.first_token_ms = trace.timings.last_token_ms = now_ms
         if text:
             yield ContentDelta(text)
+        for i, call in enumerate(calls if isinstance(calls, list) else ()):
+            delta = tool_call_delta({**call, "index": i} if isinstance(call, dict) else call)
+            if delta is None:
+                raise self.fail("bad_response", "malformed tool call in the response", status=200)
+            yield delta
         yield StreamDone(
             finish_reason=finish, usage=data.get("usage"), provider=cfg.name,
             model=data.get("model") or requested_model,
@@ -142,8 +149,9 @@ class ResponseReader:
         hard: float,
         upstream_id: str | None,
         requested_model: str,
-    ) -> AsyncIterator[ContentDelta | StreamDone]:
-        """A streamed answer: a delta per content token, then StreamDone; TTFT/gap/total deadlines."""
+    ) -> AsyncIterator[ContentDelta | ToolCallDelta | StreamDone]:
+        """A streamed answer: a delta per content token or tool-call fragment, then StreamDone;
+        TTFT/gap/total deadlines."""
         cfg = self.cfg
         trace = self.trace
         timings = trace.timings
@@ -203,16 +211,23 @@ class ResponseReader:
                         continue
                     delta = choice.get("delta") or {}
                     text = delta.get("content") if isinstance(delta, dict) else None
+                    calls = delta.get("tool_calls") if isinstance(delta, dict) else None
                     if choice.get("finish_reason"):
                         finish_reason = choice["finish_reason"]
-                    if text:
+                    pieces: list[ContentDelta | ToolCallDelta] = [ContentDelta(text)] if text else []
+                    for call in calls if isinstance(calls, list) else ():
+                        piece = tool_call_delta(call)
+                        if piece is None:
+                            raise self.fail("bad_response", "malformed tool call in the stream", status=200)
+                        pieces.append(piece)
+                    for piece in pieces:
                         now = time.perf_counter()
                         if not got_token:
                             timings.first_token_ms = trace.ms(now)
                             got_token = True
                         timings.last_token_ms = trace.ms(now)
                         last_token = now
-                        yield ContentDelta(text)
+                        yield piece
                         # Time the caller spent before asking for more is not upstream silence.
                         last_token = time.perf_counter()
         if saw_done:
@@ -239,6 +254,23 @@ class ResponseReader:
                     await self.wd.wait(iterator.__anext__())
                 except StopAsyncIteration:
                     return
+
+
+def tool_call_delta(call: Any) -> ToolCallDelta | None:
+    """OpenAI's ``tool_calls[i]`` (whole or a streamed fragment) as a delta; None when malformed."""
+    if not isinstance(call, dict):
+        return None
+    index = call.get("index", 0)
+    function = call.get("function") or {}
+    if isinstance(index, bool) or not isinstance(index, int) or not isinstance(function, dict):
+        return None
+    call_id, name, arguments = call.get("id"), function.get("name"), function.get("arguments") or ""
+    if not isinstance(arguments, str):  # some providers send the object itself
+        arguments = json.dumps(arguments, ensure_ascii=False)
+    if (call_id is not None and not isinstance(call_id, str)) or (name is not None and not isinstance(name, str)):
+        return None
+    kind = call.get("type")
+    return ToolCallDelta(index, call_id, name, arguments, kind if isinstance(kind, str) else None)
 
 
 def error_message(raw: bytes) -> str:

@@ -30,11 +30,11 @@ from .admin_auth import shows_admin_token
 from .config import ROUTE_NAMES, Settings
 from .disclosure import public_load_error
 from .errors import APIError, internal, invalid
-from .openai_format import DONE, ChunkWriter, completion_body
+from .openai_format import DONE, ChunkWriter, assemble_tool_calls, completion_body
 from .pipeline import Answer
 from .schemas import PART_TYPES, ROLES, parse_chat_request
 from .services import Services
-from .types import ChatRequest, Finish, TextDelta
+from .types import ChatRequest, Finish, TextDelta, ToolCallDelta
 
 log = logging.getLogger("edgecloud.app")
 
@@ -213,6 +213,8 @@ async def _sse(answer: Answer, writer: ChunkWriter, include_usage: bool) -> Asyn
         async for event in answer.events():
             if isinstance(event, TextDelta):
                 yield writer.content(event.text)
+            elif isinstance(event, ToolCallDelta):
+                yield writer.tool_call(event)
             else:
                 timings = _timings(answer, event)
                 yield writer.finish(event.finish_reason, None if include_usage else timings)
@@ -369,7 +371,8 @@ def create_app(settings: Settings) -> FastAPI:
             answer, finish = retry, await _collect(retry)
             if isinstance(finish, APIError):
                 return error_response(finish, request_id)
-        body_out = completion_body(completion_id, req.model, answer.text, finish, _timings(answer, finish))
+        body_out = completion_body(completion_id, req.model, answer.text, finish, _timings(answer, finish),
+                                   assemble_tool_calls(answer.tool_calls))
         return JSONResponse(body_out, headers=_headers(answer, request_id, True, finish))
 
     @app.post(
@@ -402,5 +405,8 @@ def create_app(settings: Settings) -> FastAPI:
                 out["route"], out["reason"] = "cache", "faq" if hit.reason == "faq" else f"cache:{hit.reason}"
         return JSONResponse(out, headers={"x-request-id": request_id})
 
+    from .responses_api import mount_responses
+
+    mount_responses(app, settings)  # POST /v1/responses, over the same pipeline
     Services.mount_feature_routes(app, require_admin)
     return app

@@ -1,7 +1,7 @@
 """The cloud backend: adapts ``cloud_bridge`` to the gateway's event stream and error shape.
 
 ``cloud_bridge`` knows nothing of the gateway; this thin layer turns a ``ChatRequest`` into an
-OpenAI body, bridge events into ``TextDelta``/``Finish``, and ``CloudError`` into ``APIError``
+OpenAI body, bridge events into ``TextDelta``/``ToolCallDelta``/``Finish``, and ``CloudError`` into ``APIError``
 with a status a kiosk SDK understands (429 stays 429 only when every provider refused; a dead
 upstream is a 502/503/504, never a 500 with a traceback).
 """
@@ -13,12 +13,13 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from cloud_bridge import CloudBridge, CloudError, ContentDelta, StreamDone
+from cloud_bridge import ToolCallDelta as BridgeToolCall
 from cloud_bridge.config import CloudConfig
 from cloud_bridge.errors import CloudErrorKind
 
 from .disclosure import public_cloud_message
 from .errors import APIError
-from .types import ChatRequest, Finish, TextDelta, Usage
+from .types import ChatRequest, Finish, Message, TextDelta, ToolCallDelta, Usage
 
 log = logging.getLogger("edgecloud.cloud")
 
@@ -55,9 +56,23 @@ def cloud_error_to_api(exc: CloudError) -> APIError:
     return APIError(status, message, "server_error", None, code, headers)
 
 
+def message_body(m: Message) -> dict[str, Any]:
+    """One message as OpenAI takes it: tool calls, a tool result's call id and a name kept."""
+    out: dict[str, Any] = {"role": m.role, "content": m.content}
+    if m.tool_calls:
+        out["tool_calls"] = m.tool_calls
+        if not m.content:
+            out["content"] = None
+    if m.tool_call_id is not None:
+        out["tool_call_id"] = m.tool_call_id
+    if m.name is not None:
+        out["name"] = m.name
+    return out
+
+
 def request_body(req: ChatRequest) -> dict[str, Any]:
     body: dict[str, Any] = {
-        "messages": [{"role": m.role, "content": m.content} for m in req.messages],
+        "messages": [message_body(m) for m in req.messages],
         "temperature": req.temperature,
         "top_p": req.top_p,
     }
@@ -99,7 +114,9 @@ class CloudBackend:
     def ttft_p95_s(self) -> float | None:
         return self.bridge.ttft_quantile_s(0.95)
 
-    async def generate(self, req: ChatRequest, deadline_s: float | None = None) -> AsyncIterator[TextDelta | Finish]:
+    async def generate(
+        self, req: ChatRequest, deadline_s: float | None = None
+    ) -> AsyncIterator[TextDelta | ToolCallDelta | Finish]:
         stream = self.bridge.stream_chat(
             request_body(req), request_id=req.request_id, route_model=req.route_name,
             deadline_s=deadline_s if deadline_s is not None else self.deadline_s,
@@ -109,6 +126,8 @@ class CloudBackend:
                 if isinstance(event, ContentDelta):
                     if event.text:
                         yield TextDelta(event.text)
+                elif isinstance(event, BridgeToolCall):
+                    yield ToolCallDelta(event.index, event.id, event.name, event.arguments)
                 elif isinstance(event, StreamDone):
                     usage = event.usage or {}
                     t = event.timings

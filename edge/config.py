@@ -90,6 +90,9 @@ class EdgeModelConfig(BaseModel):
     # llama.cpp's CPU weight repacking ("extra buffer types": AMX, CPU_REPACK, KleidiAI). "auto" turns it
     # off on CPUs with AMX, whose llama.cpp kernel segfaults on the first token (models/llama_runtime.py).
     extra_buffer_types: Literal["auto", "on", "off"] = "auto"
+    # Tool calls answered on the device (a grammar over the offered tools) when the GGUF's chat
+    # template supports tools; false sends every request with tools to the cloud (edge/tools.py).
+    tools_on_device: bool = True
 
 
 class RouterConfig(BaseModel):

@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import codecs
 import contextlib
+import functools
 import importlib.util
 import logging
 import os
@@ -44,6 +45,7 @@ from typing import Any
 from . import zero_pages
 from .chat_tokens import tokenize_chat
 from .config import EdgeModelConfig
+from .constrained import request_constraints
 from .disclosure import public_load_error
 from .errors import APIError, overloaded, unavailable
 from .types import ChatRequest, Finish, TextDelta, Usage
@@ -362,9 +364,11 @@ class LocalModel:
         return n
 
     @staticmethod
-    def _prompt_tokens(model: LoadedModel, messages: list[dict[str, str]]) -> list[int]:
+    def _prompt_tokens(model: LoadedModel, messages: list[dict[str, str]], tools: list[Any] | None = None) -> list[int]:
         # Message contents as plain text: a typed "<|im_end|>" must not open a turn (edge/chat_tokens.py).
-        return tokenize_chat(model.llama, messages, model.formatter)
+        # Offered tools are rendered by the template (edge/tools.py refuses tools that carry marker text).
+        formatter = functools.partial(model.formatter, tools=tools) if tools else model.formatter
+        return tokenize_chat(model.llama, messages, formatter)
 
     # ----- generation --------------------------------------------------------------------------
     async def generate(self, req: ChatRequest) -> AsyncIterator[TextDelta | Finish]:
@@ -428,7 +432,10 @@ class LocalModel:
         self.progress_at = time.monotonic()
         llama = model.llama
         try:
-            tokens = self._prompt_tokens(model, _as_dicts(req))
+            # >>> Per-request constraints (edge/constrained.py): the offered tools go into the chat
+            # template, the request's GBNF grammar into this request's own sampler chain. <<<
+            tools, grammar = request_constraints(llama, req)
+            tokens = self._prompt_tokens(model, _as_dicts(req), tools)
             max_tokens = req.max_tokens or self.config.default_max_tokens
             if len(tokens) >= model.n_ctx:
                 raise APIError(
@@ -456,6 +463,7 @@ class LocalModel:
                 top_k=40 if temp > 0 else 1,
                 min_p=0.05,
                 repeat_penalty=1.0,
+                grammar=grammar,
             )
             prev: list[int] = []
             for token in gen:

@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from .errors import APIError
-from .types import Finish
+from .types import Finish, ToolCallDelta
 
 DONE = b"data: [DONE]\n\n"
 
@@ -40,6 +40,19 @@ class ChunkWriter:
     def content(self, text: str) -> bytes:
         return self._content_prefix + _dumps(text).encode() + self._content_suffix
 
+    def tool_call(self, delta: ToolCallDelta) -> bytes:
+        """A ``delta.tool_calls`` chunk as OpenAI sends it: id, type and name on a call's first piece."""
+        call: dict[str, Any] = {"index": delta.index}
+        function: dict[str, Any] = {"arguments": delta.arguments}
+        if delta.id is not None:
+            call["id"] = delta.id
+            call["type"] = "function"
+        if delta.name is not None:
+            function = {"name": delta.name, "arguments": delta.arguments}
+        call["function"] = function
+        return self._event({"choices": [{"index": 0, "delta": {"tool_calls": [call]}, "logprobs": None,
+                                          "finish_reason": None}]})
+
     def finish(self, reason: str, timings: dict[str, Any] | None = None) -> bytes:
         body: dict[str, Any] = {"choices": [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": reason}]}
         if timings:
@@ -60,9 +73,28 @@ class ChunkWriter:
         return ("data: " + self._head + "," + _dumps(fields)[1:] + "\n\n").encode()
 
 
+def assemble_tool_calls(deltas: list[ToolCallDelta]) -> list[dict[str, Any]]:
+    """Streamed tool-call pieces joined into whole calls, in index order (``message.tool_calls``)."""
+    calls: dict[int, dict[str, Any]] = {}
+    for d in deltas:
+        call = calls.setdefault(d.index, {"id": "", "type": "function", "function": {"name": "", "arguments": ""}})
+        if d.id:
+            call["id"] = d.id
+        if d.name:
+            call["function"]["name"] += d.name
+        call["function"]["arguments"] += d.arguments
+    return [calls[i] for i in sorted(calls)]
+
+
 def completion_body(
-    completion_id: str, model: str, text: str, finish: Finish, timings: dict[str, Any] | None = None
+    completion_id: str, model: str, text: str, finish: Finish, timings: dict[str, Any] | None = None,
+    tool_calls: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": text, "refusal": None}
+    if tool_calls:
+        message["tool_calls"] = tool_calls
+        if not text:
+            message["content"] = None
     body: dict[str, Any] = {
         "id": completion_id,
         "object": "chat.completion",
@@ -71,7 +103,7 @@ def completion_body(
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": text, "refusal": None},
+                "message": message,
                 "logprobs": None,
                 "finish_reason": finish.finish_reason,
             }

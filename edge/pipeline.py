@@ -21,15 +21,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .backends import AnswerCacheStore, CloudRouteBackend, EdgeBackend, GeneratingBackend
+from .constrained import ConstrainedEdge, prepare
 from .errors import APIError, internal
 from .records import RequestRecord
 from .router import Decision, LiveState, Router
 from .schemas import reject_for_edge
-from .types import ChatRequest, Finish, TextDelta, Timer, Usage
+from .tools import edge_tools_state
+from .types import ChatRequest, Finish, TextDelta, Timer, ToolCallDelta, Usage
 
 log = logging.getLogger("edgecloud.pipeline")
 
-Events = AsyncIterator[TextDelta | Finish]
+Events = AsyncIterator[TextDelta | ToolCallDelta | Finish]
 
 
 @dataclass
@@ -50,6 +52,7 @@ class Answer:
     backend_request: ChatRequest | None = None  # what the backend saw (grounded); ``request`` keys the cache
     _done: Callable[[Answer, str, Finish | None, APIError | None], None] | None = None
     _text: list[str] = field(default_factory=list)
+    tool_calls: list[ToolCallDelta] = field(default_factory=list)
     _finished: bool = False
 
     async def events(self) -> Events:
@@ -62,6 +65,9 @@ class Answer:
             while True:
                 if isinstance(event, TextDelta):
                     self._text.append(event.text)
+                    yield event
+                elif isinstance(event, ToolCallDelta):
+                    self.tool_calls.append(event)
                     yield event
                 else:
                     finish = event
@@ -127,6 +133,7 @@ class Pipeline:
             edge_expected_ttft_s=edge.expected_ttft_s() if edge.ready else 0.0,
             edge_queue_full=edge.queue_depth > edge.config.max_queue,
             edge_n_ctx=edge.n_ctx,
+            edge_tools=edge_tools_state(edge),
             cloud_enabled=bool(cloud and cloud.enabled),
             cloud_available=bool(cloud and cloud.enabled and cloud.available()),
             cloud_ttft_p95_s=cloud.ttft_p95_s() if cloud and cloud.enabled else None,
@@ -135,7 +142,9 @@ class Pipeline:
     def decide(self, req: ChatRequest, evidence: Any = None) -> Decision:
         if evidence is None and self.knowledge is not None:
             evidence = self.knowledge.evidence(req.last_user_message)
-        return self.router.decide(req, self.live_state(), self.edge.count_prompt_tokens(req), evidence=evidence)
+        live = self.live_state()
+        prepare(req, live.edge_tools)  # a tool request the device may answer gets its grammar
+        return self.router.decide(req, live, self.edge.count_prompt_tokens(req), evidence=evidence)
 
     async def evidence(self, req: ChatRequest) -> Any:
         """Venue evidence for the request: BM25 is sub-millisecond and runs here; the optional dense
@@ -198,7 +207,7 @@ class Pipeline:
         if decision.knowledge_refusal:
             return self._knowledge_answer(req, timer, record, decision)
         if decision.route == "edge":
-            reject_for_edge(req)
+            reject_for_edge(req, edge_tools_state(self.edge))
         backend_req = self._grounded(req, decision)
         route, reason, first, rest, hedged, fallback = await self._run(backend_req, decision, timer)
         record.hedged, record.fallback = hedged, fallback
@@ -281,7 +290,7 @@ class Pipeline:
                 raise
             log.info("fall-back %s -> %s: %s", primary, other, exc.message)
             if other == "edge":
-                reject_for_edge(req)
+                reject_for_edge(req, edge_tools_state(self.edge))
             first, rest = await self._first(self._backend(other), req)
             timer.mark("ttft")
             why = exc.code or "error"
@@ -300,7 +309,7 @@ class Pipeline:
             return None
         req = answer.request
         if other == "edge":
-            reject_for_edge(req)
+            reject_for_edge(req, edge_tools_state(self.edge))
         first, rest = await self._first(self._backend(other), answer.backend_request or req)
         record = self.new_record(req)
         record.scenario, record.label, record.confidence = d.scenario, d.label, d.confidence
@@ -327,7 +336,7 @@ class Pipeline:
 
     def _backend(self, name: str) -> GeneratingBackend:
         if name == "edge":
-            return self.edge
+            return ConstrainedEdge(self.edge)  # requests without a grammar go straight to the model
         if self.cloud is None or not self.cloud.enabled:
             raise APIError(503, "No cloud provider is configured on this gateway.", "server_error", None,
                            "cloud_unconfigured")
@@ -356,7 +365,7 @@ class Pipeline:
         }
         done, _ = await asyncio.wait(tasks.values(), timeout=delay)
         if not done:
-            tasks["edge"] = asyncio.create_task(self._first(self.edge, req))
+            tasks["edge"] = asyncio.create_task(self._first(self._backend("edge"), req))
         errors: dict[str, APIError] = {}
         try:
             while tasks:
@@ -386,7 +395,7 @@ class Pipeline:
                     errors[name] = exc
                     if name == "cloud" and "edge" not in tasks and "edge" not in errors and d.edge_ok:
                         # The cloud failed before its first token: the edge answers (fall-back).
-                        tasks["edge"] = asyncio.create_task(self._first(self.edge, req))
+                        tasks["edge"] = asyncio.create_task(self._first(self._backend("edge"), req))
             # Both failed: report the cloud's error (the route the policy chose).
             raise errors.get("cloud") or next(iter(errors.values()))
         finally:

@@ -6,7 +6,8 @@ the order the product promises, and each one that fires is recorded, so an opera
 see why a request went where it went:
 
 1. caller override (model name or ``x-edgecloud-route``), unless the operator forbids it;
-2. hard rules: earlier turns, tools, images, a response schema, a prompt too long for the edge;
+2. hard rules: earlier turns, images, a prompt too long for the edge, and tools or a response
+   schema the device cannot hold its model to (``edge/constrained.py`` names why);
 3. the intent classifier's label and confidence;
    then venue knowledge: strong evidence keeps a simple venue question on the edge, none sends it
    away (or, in strict mode, answers with the operator's "ask staff" text);
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
 
 from .config import RouterConfig
+from .constrained import blocker_param, edge_blocker, edge_note
 from .errors import APIError, unavailable
 from .types import ChatRequest
 
@@ -60,6 +62,7 @@ class LiveState:
     edge_expected_ttft_s: float = 0.0
     edge_queue_full: bool = False
     edge_n_ctx: int = 2048
+    edge_tools: str = "not-loaded"  # the loaded model's tool-call format, or why it has none (edge/tools.py)
     cloud_enabled: bool = False
     cloud_available: bool = False
     cloud_ttft_p95_s: float | None = None
@@ -171,6 +174,13 @@ class Router:
         # 2. Hard rules.
         if edge_incapable is not None:
             rules.append(edge_incapable)
+            if edge_incapable.startswith(("tools:", "response-format:", "fields:")) and not live.cloud_enabled:
+                param = blocker_param(edge_incapable)
+                d.route, d.reason = "cloud", edge_incapable
+                d.error = APIError(400, f"The on-device model cannot honour '{param}' here ({edge_incapable}) and "
+                                   "no cloud provider is configured to take it.", "invalid_request_error", param,
+                                   "unsupported_parameter")
+                return d
             if edge_incapable == "prompt-size" and not fits and not live.cloud_available:
                 d.route, d.reason = "cloud", "prompt-size"
                 d.error = APIError(
@@ -181,6 +191,10 @@ class Router:
                 )
                 return d
             return self._to_cloud(d, edge_incapable, live, allow_degraded=d.edge_ok)
+
+        note = edge_note(req, live.edge_tools) if req.has_tools or req.has_schema else None
+        if note is not None:
+            rules.append(note)  # the device may answer it, under a grammar
 
         # Strict venue knowledge: a venue question nothing in the pack answers gets the operator's
         # "ask staff" text, whatever its difficulty: no backend knows this venue better than its pack.
@@ -259,12 +273,12 @@ class Router:
         return None
 
     def _edge_incapable(self, req: ChatRequest, live: LiveState, prompt_tokens: int) -> str | None:
-        if req.has_tools:
-            return "tools"
+        if req.has_tools or req.has_schema or req.extra.get("cloud_only"):
+            why = edge_blocker(req, live.edge_tools)
+            if why is not None:
+                return why
         if req.has_images:
             return "images"
-        if req.has_schema:
-            return "response-format"
         if prompt_tokens > self.config.max_prompt_share * live.edge_n_ctx:
             return "prompt-size"
         if req.is_multi_turn:

@@ -11,7 +11,10 @@ from typing import Any
 
 from .admin_auth import shows_admin_token
 from .config import Settings
+from .constrained import blocker_param, edge_blocker
 from .errors import APIError, invalid, model_not_found
+from .structured import OutputSpec, parse_response_format
+from .tools import parse_tools
 from .types import ChatRequest, Message
 
 # The accepted values, in one place: the OpenAPI schema in ``edge.app`` lists these same sets.
@@ -89,7 +92,7 @@ def parse_chat_request(body: Any, settings: Settings, headers: dict[str, str] | 
         if role in ("tool", "function") or raw.get("tool_calls") or raw.get("function_call"):
             req.has_tools = True
         text = _content_text(raw.get("content"), f"{at}.content", req)
-        req.messages.append(Message(role, text))
+        req.messages.append(tool_message(raw, role, text, at))
     if not any(m.content.strip() for m in req.messages if m.role in ("user", "system", "developer")):
         raise invalid("The messages hold no text: at least one non-empty message is needed.", "messages")
 
@@ -146,16 +149,16 @@ def parse_chat_request(body: Any, settings: Settings, headers: dict[str, str] | 
         raise invalid("'user' must be a string.", "user", "invalid_type")
     req.user = user
 
+    parse_tools(body, req)
+    cloud_only_fields(body, req)
     if body.get("tools") or body.get("functions") or body.get("tool_choice") not in (None, "none"):
         req.has_tools = True
     response_format = body.get("response_format")
     if response_format is not None:
-        if not isinstance(response_format, dict):
-            raise invalid("'response_format' must be an object.", "response_format", "invalid_type")
-        if response_format.get("type") in ("json_schema", "json_object"):
-            req.has_schema = True
-    # Forwarded as-is to a cloud provider; ignored by the edge.
-    for name in ("tools", "tool_choice", "response_format", "functions", "parallel_tool_calls"):
+        set_output(req, parse_response_format(response_format))
+    # Forwarded as-is to a cloud provider; on the edge, tools and response_format become a grammar
+    # (edge/constrained.py) or the request is refused there with a 400 naming the field.
+    for name in ("tools", "tool_choice", "response_format", "functions", "function_call", "parallel_tool_calls"):
         if name in body:
             req.extra.setdefault("passthrough", {})[name] = body[name]
 
@@ -168,12 +171,70 @@ def parse_chat_request(body: Any, settings: Settings, headers: dict[str, str] | 
     return req
 
 
-def reject_for_edge(req: ChatRequest) -> None:
-    """The edge model reads text only: refuse what it would silently drop."""
+# OpenAI chat fields the on-device runner does not implement, with the values that ask for nothing.
+# Set to anything else, they go to the cloud unchanged (and the edge refuses them by name).
+CLOUD_ONLY: dict[str, tuple[Any, ...]] = {
+    "logprobs": (None, False), "top_logprobs": (None, 0), "logit_bias": (None, {}), "presence_penalty": (None, 0),
+    "frequency_penalty": (None, 0), "audio": (None,), "modalities": (None, ["text"]), "prediction": (None,),
+    "reasoning_effort": (None,), "web_search_options": (None,), "service_tier": (None, "auto", "default"),
+    "metadata": (None, {}), "store": (None, False),
+}
+
+
+def cloud_only_fields(body: dict[str, Any], req: ChatRequest) -> None:
+    """Note the fields only the cloud can honour (``req.extra["cloud_only"]``) and pass them on to it."""
+    names = [name for name, idle in CLOUD_ONLY.items() if name in body and not any(
+        body[name] == v and isinstance(body[name], bool) == isinstance(v, bool) for v in idle)]
+    if names:
+        req.extra["cloud_only"] = names
+        req.extra.setdefault("passthrough", {}).update({name: body[name] for name in names})
+
+
+def tool_message(raw: dict[str, Any], role: str, text: str, at: str) -> Message:
+    """A message with its tool fields checked and kept (a follow-up turn reaches the cloud whole)."""
+    message = Message(role, text)
+    calls = raw.get("tool_calls")
+    if calls is not None:
+        if role != "assistant" or not isinstance(calls, list) or not all(
+            isinstance(c, dict) and isinstance(c.get("function"), dict) for c in calls
+        ):
+            raise invalid(f"'{at}.tool_calls' must be a list of tool calls on an assistant message.",
+                          f"{at}.tool_calls")
+        message.tool_calls = calls
+    call_id = raw.get("tool_call_id")
+    if role == "tool" and not isinstance(call_id, str):
+        raise invalid(f"'{at}.tool_call_id' is required on a tool message.", f"{at}.tool_call_id",
+                      "missing_required_parameter")
+    if call_id is not None:
+        message.tool_call_id = str(call_id)
+    name = raw.get("name")
+    if name is not None:
+        if not isinstance(name, str):
+            raise invalid(f"'{at}.name' must be a string.", f"{at}.name", "invalid_type")
+        message.name = name
+    return message
+
+
+def set_output(req: ChatRequest, spec: OutputSpec) -> None:
+    """Attach a parsed ``response_format``: a JSON answer is asked for, and the edge's grammar is set
+    when the schema is one the grammar enforces whole."""
+    req.output = spec
+    if spec.kind != "text":
+        req.has_schema = True
+        if spec.edge_ok:
+            req.grammar = spec.grammar
+
+
+def reject_for_edge(req: ChatRequest, edge_tools: str = "off") -> None:
+    """The edge model reads text only, and honours tools and schemas only under a grammar: refuse
+    what it would silently drop. ``edge_tools``: what the loaded model can do with tools."""
     if req.has_images:
         param = req.extra.get("non_text_params", ["messages"])[0]
         raise APIError(400, "The on-device model accepts text content only.", "invalid_request_error",
                        param, "unsupported_content")
-    if req.has_tools:
-        raise APIError(400, "The on-device model does not support tools or function calls.",
-                       "invalid_request_error", "tools", "unsupported_parameter")
+    if req.has_tools or req.has_schema or req.extra.get("cloud_only"):
+        why = edge_blocker(req, edge_tools)
+        if why is not None:
+            param = blocker_param(why)
+            raise APIError(400, f"The on-device model cannot honour '{param}' for this request ({why}).",
+                           "invalid_request_error", param, "unsupported_parameter")

@@ -1,8 +1,8 @@
 """The gateway's internal request and event types, free of any web framework.
 
 The app turns an HTTP body into a ``ChatRequest``; the router decides on it; a backend turns it
-into a stream of ``TextDelta`` events closed by one ``Finish``. Caches, metrics and the benchmark
-all see these same objects, so each part can be tested without HTTP.
+into a stream of ``TextDelta`` (and ``ToolCallDelta``) events closed by one ``Finish``. Caches,
+metrics and the benchmark all see these same objects, so each part can be tested without HTTP.
 """
 
 from __future__ import annotations
@@ -16,6 +16,10 @@ from typing import Any
 class Message:
     role: str
     content: str
+    # Tool turns, kept as the kiosk sent them so a follow-up reaches the cloud whole.
+    tool_calls: list[dict[str, Any]] | None = None  # an assistant's earlier calls
+    tool_call_id: str | None = None  # a tool result's call
+    name: str | None = None
 
 
 @dataclass(slots=True)
@@ -36,6 +40,12 @@ class ChatRequest:
     has_tools: bool = False
     has_images: bool = False
     has_schema: bool = False
+    # Structured output and tools, validated (edge/structured.py, edge/tools.py). ``grammar`` is the
+    # GBNF the on-device sampler must follow for this request (None: free text).
+    output: Any = None  # edge.structured.OutputSpec of ``response_format`` (None: absent)
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    tool_choice: Any = None
+    grammar: str | None = None
     # Request headers that steer the gateway (lower-cased names).
     route_header: str | None = None
     scenario_header: str | None = None
@@ -65,6 +75,17 @@ class ChatRequest:
 @dataclass(slots=True)
 class TextDelta:
     text: str
+
+
+@dataclass(slots=True)
+class ToolCallDelta:
+    """A piece of one tool call in OpenAI's streamed shape: the first piece of call ``index`` has its
+    ``id`` and ``name``, later pieces only ``arguments`` fragments."""
+
+    index: int
+    id: str | None = None
+    name: str | None = None
+    arguments: str = ""
 
 
 @dataclass(slots=True)

@@ -84,6 +84,8 @@ def decide_policy(req: ChatRequest, config: CacheConfig) -> CachePolicy:
         return CachePolicy(False, False, ttl, "multi-turn")
     if req.has_tools or req.has_images or req.has_schema:
         return CachePolicy(False, False, ttl, "tools" if req.has_tools else "unsupported-content")
+    if req.extra.get("cloud_only"):  # logprobs, penalties ...: a stored answer would not honour them
+        return CachePolicy(False, False, ttl, "cloud-only-fields")
     if not req.last_user_message.strip():
         return CachePolicy(False, False, ttl, "no-question")
     if (len(req.last_user_message) > config.max_question_chars

@@ -77,8 +77,10 @@ def test_generation_profile_sends_long_answers_to_cloud():
     [
         (req("I need a taxi", "Sure, where to?", "The airport"), "multi-turn"),
         (req("Hi", "Hello", model="edgecloud-auto"), "multi-turn"),
-        (req("What's the weather?", tools=[{"type": "function", "function": {"name": "w"}}]), "tools"),
-        (req("Give JSON", response_format={"type": "json_schema", "json_schema": {"name": "x"}}), "response-format"),
+        (req("What's the weather?", tools=[{"type": "function", "function": {"name": "w"}}]), "tools:not-loaded"),
+        (req("Give JSON", response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": {
+            "type": "object", "properties": {"n": {"type": "integer", "minimum": 1}}}}}),
+         "response-format:unsupported:minimum"),
         (parse_chat_request({"messages": [{"role": "user", "content": [
             {"type": "text", "text": "what is this"}, {"type": "image_url", "image_url": {"url": "x"}}]}]},
             SETTINGS), "images"),

@@ -99,7 +99,8 @@ def test_overrides_by_model_and_header(gw, fake):
 def test_tools_go_to_the_cloud_with_the_tools(gw, fake):
     tools = [{"type": "function", "function": {"name": "find_store", "parameters": {"type": "object"}}}]
     r = chat(gw, "Find the Apple store", tools=tools)
-    assert (r.headers["x-edgecloud-route"], r.headers["x-edgecloud-reason"]) == ("cloud", "tools")
+    route = (r.headers["x-edgecloud-route"], r.headers["x-edgecloud-reason"])
+    assert route == ("cloud", "tools:template-without-tools")
     assert fake.state.bodies[-1]["tools"] == tools
 
 
