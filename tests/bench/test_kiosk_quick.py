@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from bench.kiosk import KioskOptions, run_kiosk_benchmark
+from bench.kiosk_baseline import format_comparison, load_report
 from bench.kiosk_client import STRATEGIES
 
 STRATEGY_NAMES = [s.name for s in STRATEGIES]
@@ -26,7 +27,7 @@ def _ordered(block: dict[str, Any]) -> bool:
 
 @pytest.fixture(scope="module")
 def quick_report(tmp_path_factory: pytest.TempPathFactory, embedded_model: Path,
-                 shared_routing: Path) -> dict[str, Any]:
+                 routing_data: Path) -> dict[str, Any]:
     out = tmp_path_factory.mktemp("kiosk-quick")
     lines: list[str] = []
     report = run_kiosk_benchmark(KioskOptions.quick_defaults(out_dir=out), log=lines.append)
@@ -35,7 +36,7 @@ def quick_report(tmp_path_factory: pytest.TempPathFactory, embedded_model: Path,
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(900)
 def test_quick_report_files_and_structure(quick_report: dict[str, Any]) -> None:
     files = quick_report["files"]
     on_disk = json.loads(Path(files["json"]).read_text(encoding="utf-8"))
@@ -49,7 +50,9 @@ def test_quick_report_files_and_structure(quick_report: dict[str, Any]) -> None:
     assert all(quick_report["complete"].values())
     rows = [json.loads(line) for line in Path(files["requests"]).read_text(encoding="utf-8").splitlines()]
     per_strategy = quick_report["traffic"]["requests"]
-    assert len(rows) == per_strategy * len(STRATEGY_NAMES)
+    assert quick_report["headline_kiosks"] == 4
+    assert len([r for r in rows if r["kiosks"] == 4]) == per_strategy * len(STRATEGY_NAMES)
+    rows = [r for r in rows if r["kiosks"] == 4]
     # The same traffic for every strategy: identical (session, turn, kind) sequences.
     sequences = {name: [(r["session"], r["turn"], r["kind"]) for r in rows if r["strategy"] == name]
                  for name in STRATEGY_NAMES}
@@ -60,7 +63,7 @@ def test_quick_report_files_and_structure(quick_report: dict[str, Any]) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(900)
 def test_quick_report_numbers_are_consistent(quick_report: dict[str, Any]) -> None:
     requests = quick_report["traffic"]["requests"]
     for name, s in quick_report["strategies"].items():
@@ -86,7 +89,7 @@ def test_quick_report_numbers_are_consistent(quick_report: dict[str, Any]) -> No
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(900)
 def test_quick_strategies_do_what_they_say(quick_report: dict[str, Any]) -> None:
     s = quick_report["strategies"]
     assert s["all-cloud"]["routes"]["edge"] == 0 and s["all-cloud"]["routes"]["cache"] == 0
@@ -103,3 +106,33 @@ def test_quick_strategies_do_what_they_say(quick_report: dict[str, Any]) -> None
     assert targets["evaluated"] is True
     for name in ("ttft_p50_cut", "ttft_p99_cut", "cloud_tokens_cut", "complex_to_edge_share"):
         assert isinstance(targets[name]["met"], bool)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_quick_two_shapes_capacity_and_baseline(quick_report: dict[str, Any]) -> None:
+    shapes = quick_report["shapes"]
+    assert list(shapes) == ["4", "1"]
+    one = shapes["1"]
+    assert list(one["strategies"]) == ["all-cloud", "hybrid"]
+    # The same questions in both shapes: the one-kiosk shape replays the four-kiosk shape's sessions.
+    assert one["traffic"]["requests"] == shapes["4"]["traffic"]["requests"]
+    assert one["traffic"]["kinds"] == shapes["4"]["traffic"]["kinds"]
+    for shape in shapes.values():
+        assert shape["targets"]["evaluated"] is True
+        for name in ("ttft_p99_cut", "cloud_tokens_cut"):
+            assert "share_of_best" in shape["targets"][name] and "best_possible" in shape["targets"][name]
+        simple = shape["strategies"]["hybrid"]["simple"]
+        assert sum(simple["routes"].values()) == simple["requests"]
+        assert simple["to_cloud"] == sum(simple["to_cloud_by_cause"].values())
+    cap = quick_report["capacity"]
+    assert cap["measured"] is True and [lv["kiosks"] for lv in cap["levels"]][:2] == [1, 4]
+    assert cap["levels"][0]["reused_from_shape"] and cap["levels"][1]["reused_from_shape"]
+    assert cap["kiosks"] in (0, 1, 4, 6)
+    log = "\n".join(quick_report["_log"])
+    assert "== 1 kiosk(s) on one device" in log and "capacity (" in log
+    assert "simple requests sent to the cloud:" in log
+    # The report compares with itself: every figure beside its twin, no change.
+    text = format_comparison(load_report(Path(quick_report["files"]["json"])), quick_report)
+    assert "== 4 kiosk(s) on one device" in text and "== 1 kiosk(s) on one device" in text
+    assert "hybrid TTFT P50" in text and "== capacity" in text
