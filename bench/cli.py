@@ -89,8 +89,12 @@ def run_kiosk(args: argparse.Namespace) -> int:
     if args.concurrency is not None:
         shapes = [args.concurrency]
     levels = _int_list(args.capacity_levels, "--capacity-levels") if args.capacity_levels else None
-    if args.baseline is not None and not args.baseline.is_file():
-        raise SystemExit(f"--baseline: no such file: {args.baseline}")
+    if args.baseline is not None:
+        from bench.kiosk_baseline import load_report
+
+        if not args.baseline.is_file():
+            raise SystemExit(f"--baseline: no such file: {args.baseline}")
+        load_report(args.baseline)  # a bad file fails now, not after a 20-minute run
     for folder in args.dataset_dir or []:
         if not folder.is_dir() or not any(folder.glob("*.jsonl")):
             raise SystemExit(f"--dataset-dir: no *.jsonl routing data under {folder}")
