@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from cloud_bridge.config import CloudConfig, ProviderConfig
 from cloud_bridge.errors import CloudError
-from cloud_bridge.redact import Redactor, safe_url
+from cloud_bridge.redact import Redactor, provider_secrets, safe_url
 
 if TYPE_CHECKING:  # the client (httpx, h2) is imported when the command runs, not when the CLI is built
     from cloud_bridge.client import CallRecord, CloudBridge, StreamDone
@@ -188,7 +188,7 @@ async def diagnose_provider(
     ttfts: list[float] = []
     rates: list[float] = []
     report = ProviderReport(name=prov.name, base_url=safe_url(prov.base_url), model=prov.model, samples=samples)
-    redact = Redactor([prov.resolved_api_key()])
+    redact = Redactor(provider_secrets(prov))
     errors: Counter[str] = Counter()
     bridge = CloudBridge(cloud, on_call=records.append)
     try:
@@ -292,7 +292,7 @@ def _command(args: argparse.Namespace) -> int:
         config, args.provider, args.samples, prompt=args.prompt, max_tokens=args.max_tokens,
         fresh_connections=args.fresh_connections, interval_s=args.interval,
     ))
-    redact = Redactor(p.resolved_api_key() for p in config.providers)
+    redact = Redactor(s for p in config.providers for s in provider_secrets(p))
     if args.json:
         payload = {"started_at": started, "samples": args.samples, "providers": [asdict(r) for r in reports]}
         print(redact(json.dumps(payload, indent=2)))

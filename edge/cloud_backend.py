@@ -8,14 +8,18 @@ upstream is a 502/503/504, never a 500 with a traceback).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from cloud_bridge import CloudBridge, CloudError, ContentDelta, StreamDone
 from cloud_bridge.config import CloudConfig
 
+from .disclosure import public_cloud_message
 from .errors import APIError
 from .types import ChatRequest, Finish, TextDelta, Usage
+
+log = logging.getLogger("edgecloud.cloud")
 
 _STATUS = {
     "rate_limited": (429, "rate_limit_exceeded"),
@@ -40,7 +44,10 @@ def cloud_error_to_api(exc: CloudError) -> APIError:
     if status in (429, 503) and exc.retry_after_s:
         headers["Retry-After"] = str(max(1, round(exc.retry_after_s)))
     provider = f" ({exc.provider})" if exc.provider else ""
-    return APIError(status, f"Cloud backend failed{provider}: {exc.message}", "server_error", None, code, headers)
+    # The bridge's own message names the upstream's host: logged, not shown (edge/disclosure.py).
+    log.warning("cloud call failed (%s): %s", exc.kind, exc.message)
+    message = f"Cloud backend failed{provider}: {public_cloud_message(exc)}"
+    return APIError(status, message, "server_error", None, code, headers)
 
 
 def request_body(req: ChatRequest) -> dict[str, Any]:

@@ -42,7 +42,9 @@ from pathlib import Path
 from typing import Any
 
 from . import zero_pages
+from .chat_tokens import tokenize_chat
 from .config import EdgeModelConfig
+from .disclosure import public_load_error
 from .errors import APIError, overloaded, unavailable
 from .types import ChatRequest, Finish, TextDelta, Usage
 
@@ -239,7 +241,9 @@ class LocalModel:
             verbose=False,
         )
         # Before the context's first decode (edge/zero_pages.py): the KV cache's zeros go back to the kernel.
-        kv_released = zero_pages.release_new_zero_runs(before)
+        # Only the KV cache's own buffer, found by its size: other threads allocate meanwhile.
+        kv_bytes = zero_pages.expected_kv_bytes(llama, cfg.kv_cache_type_k or cfg.kv_cache_type, cfg.kv_cache_type)
+        kv_released = zero_pages.release_new_zero_runs(before, expected_bytes=kv_bytes) if kv_bytes else 0
         _shrink_batch(llama)
         meta = llama.metadata
         template = meta.get("tokenizer.chat_template")
@@ -349,8 +353,8 @@ class LocalModel:
 
     @staticmethod
     def _prompt_tokens(model: LoadedModel, messages: list[dict[str, str]]) -> list[int]:
-        prompt = model.formatter(messages=messages).prompt
-        return model.llama.tokenize(prompt.encode("utf-8"), add_bos=False, special=True)
+        # Message contents as plain text: a typed "<|im_end|>" must not open a turn (edge/chat_tokens.py).
+        return tokenize_chat(model.llama, messages, model.formatter)
 
     # ----- generation --------------------------------------------------------------------------
     async def generate(self, req: ChatRequest) -> AsyncIterator[TextDelta | Finish]:
@@ -358,7 +362,9 @@ class LocalModel:
         model = self.model
         if model is None:
             raise unavailable(
-                "The on-device model is not loaded" + (f": {self.load_error}" if self.load_error else "."),
+                # The error's kind only: its detail (file paths) is for the log (edge/disclosure.py).
+                "The on-device model is not loaded" + (f": {public_load_error(self.load_error)}"
+                                                       if self.load_error else "."),
                 "edge_unavailable",
             )
         if self._lock is None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .admin_auth import shows_admin_token
 from .config import Settings
 from .errors import APIError, invalid, model_not_found
 from .types import ChatRequest, Message
@@ -160,6 +161,7 @@ def parse_chat_request(body: Any, settings: Settings, headers: dict[str, str] | 
         req.scenario_header = headers.get("x-edgecloud-scenario")
         req.cache_control = headers.get("cache-control")
         req.cache_header = headers.get("x-edgecloud-cache")
+        req.cache_admin = shows_admin_token(headers.get("authorization"), settings.server.admin_token)
     return req
 
 

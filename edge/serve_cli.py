@@ -47,6 +47,9 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(settings.masked(), indent=2, ensure_ascii=False))
         return 0
     configure_logging(settings.logging.level, settings.logging.json_logs)
+    from .secret_masking import install_log_redaction
+
+    install_log_redaction(settings)  # every configured secret, in every log line
 
     import uvicorn
 

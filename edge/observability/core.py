@@ -131,10 +131,9 @@ class Observability:
             max_bytes=mc.sla_max_bytes,
         )
         self.monitor = SlaMonitor()
-        secrets = [p.resolved_api_key() or "" for p in settings.cloud.providers]
-        if settings.server.admin_token is not None:
-            secrets.append(settings.server.admin_token.get_secret_value())
-        self.redact = Redactor(secrets)
+        from ..secret_masking import configured_secrets
+
+        self.redact = Redactor(configured_secrets(settings))
         self.request_log = logging.getLogger(REQUEST_LOGGER)
         self.log_prompts = bool(settings.logging.log_prompts)
         self.totals: dict[str, UsageTotals] = {}  # since start, for the dashboard

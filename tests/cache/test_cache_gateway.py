@@ -116,18 +116,31 @@ def test_admin_stats_faq_upload_and_purge(gateway) -> None:
     assert _chat(gateway, "Cash machine?", max_tokens=4).headers["x-edgecloud-route"] != "cache"
 
 
-def test_cli_talks_to_the_gateway(gateway, capsys, tmp_path: Path) -> None:
-    assert cli_main(["cache", "--url", gateway.base_url, "--token", TOKEN, "stats"]) == 0
+def test_cli_talks_to_the_gateway(gateway, capsys, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("EDGECLOUD_SERVER_ADMIN_TOKEN", TOKEN)
+    assert cli_main(["cache", "--url", gateway.base_url, "stats"]) == 0
     assert "hit_ratio" in json.loads(capsys.readouterr().out)
     pack = tmp_path / "lockers.json"
     pack.write_text(json.dumps([{"question": "Where are the lockers?", "answer": "Level B1."}]))
-    assert cli_main(["cache", "--url", gateway.base_url, "--token", TOKEN, "load-faq", str(pack)]) == 0
+    assert cli_main(["cache", "--url", gateway.base_url, "load-faq", str(pack)]) == 0
     assert json.loads(capsys.readouterr().out)["loaded"] == 1
-    assert cli_main(["cache", "--url", gateway.base_url, "--token", "nope", "purge"]) == 1
+    wrong = tmp_path / "wrong-token"
+    wrong.write_text("nope\n")
+    assert cli_main(["cache", "--url", gateway.base_url, "--token-file", str(wrong), "purge"]) == 1
     assert "401" in capsys.readouterr().err
-    assert cli_main(["cache", "--url", gateway.base_url, "--token", TOKEN, "purge",
+    right = tmp_path / "token"
+    right.write_text(TOKEN + "\n")
+    monkeypatch.delenv("EDGECLOUD_SERVER_ADMIN_TOKEN")
+    assert cli_main(["cache", "--url", gateway.base_url, "--token-file", str(right), "purge",
                      "--prefix", "where are the lockers", "--faq"]) == 0
     assert json.loads(capsys.readouterr().out)["purged"] == 1
+
+
+def test_cli_refuses_a_token_on_the_command_line(gateway, capsys) -> None:
+    """A token in argv is readable by every local user (ps, /proc/PID/cmdline): refused before any request."""
+    assert cli_main(["cache", "--url", gateway.base_url, "--token", TOKEN, "stats"]) == 2
+    err = capsys.readouterr().err
+    assert "--token-file" in err and TOKEN not in err
 
 
 def test_zz_a_damaged_cache_file_never_fails_a_request(gateway) -> None:

@@ -30,7 +30,8 @@ def test_final_ask(text: str, ask: str) -> None:
 
 
 def test_final_ask_of_a_long_comma_chain_is_its_last_ask_clause() -> None:
-    text = "请帮我制定一个三天的成都旅游计划，预算五千元，要包括住宿、交通和美食，最好避开人多的景点，还要适合老人和小孩"
+    text = ("请帮我制定一个三天的成都旅游计划，预算五千元，要包括住宿、交通和美食，"
+            "最好避开人多的景点，还要适合老人和小孩")
     assert final_ask(text) == "请帮我制定一个三天的成都旅游计划"
 
 

@@ -97,8 +97,9 @@ def test_threshold_and_held_out_texts_are_never_trained_on(sample: Path, tmp_pat
     assert card["training_data"]["left_out_as_threshold_rows"] == 3  # the fourth is a held-out text
     assert card["training_data"]["left_out_as_held_out_rows"] == 3
     assert card["metrics"]["threshold_split"]["routing"]["all"]["n"] == 3
-    kept = [r for r in rows[6:] if not ds.is_dev(r.text)]
-    assert card["training_data"]["sha256"] == ds.digest(kept)
+    # With a threshold split, that split is the dev set: every other row is trained on.
+    assert card["training_data"]["sha256"] == ds.digest(rows[6:])
+    assert card["training_data"]["dev_rule"].startswith("none")
     assert card["thresholds"]["chosen_on"] == "threshold.jsonl"
 
 

@@ -76,8 +76,8 @@ def test_examples_are_not_in_any_data_file() -> None:
 def test_the_router_uses_the_cards_threshold_and_says_so(router: Router) -> None:
     card = router.classifier.card
     assert router.threshold() == card["thresholds"]["simple_min_confidence"] == router.classifier.confidence_threshold
-    req = parse_chat_request({"model": "edgecloud-auto", "messages": [{"role": "user", "content": "Where is gate B12?"}]},
-                             SETTINGS, {})
+    body = {"model": "edgecloud-auto", "messages": [{"role": "user", "content": "Where is gate B12?"}]}
+    req = parse_chat_request(body, SETTINGS, {})
     d = router.decide(req, UP, 10)
     assert d.threshold == card["thresholds"]["simple_min_confidence"]
     assert "chosen on" in d.threshold_source and "complex recall" in d.threshold_source
