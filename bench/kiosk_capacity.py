@@ -93,11 +93,15 @@ def orin_nx_estimate(capacity: dict[str, Any], shapes: dict[str, dict[str, Any]]
     headline = shapes[str(max(int(k) for k in shapes))]
     hybrid = headline["strategies"].get("hybrid")
     single = shapes.get("1", {}).get("strategies", {}).get("all-edge")
-    if hybrid is None or single is None or not hybrid.get("wall_s"):
+    if hybrid is None or single is None or not hybrid.get("wall_s") or not single["per_route"]["edge"]["count"]:
         return {"estimate": True, "available": False,
                 "why": "needs the hybrid at the largest shape and all-edge with one kiosk"}
     kiosks = int(headline["kiosks"])
-    rate = hybrid["routes"]["edge"] / (kiosks * hybrid["wall_s"])  # edge answers per kiosk per second
+    # The edge's demand per kiosk: every simple request the cache did not answer (the router may have sent
+    # some of them away because this machine's edge was busy; a faster edge would have kept them).
+    simple = hybrid.get("simple") or {}
+    demand = (simple.get("routes") or {}).get("edge", 0) + (simple.get("routes") or {}).get("cloud", 0)
+    rate = demand / (kiosks * hybrid["wall_s"])  # edge answers per kiosk per second
     tokens = single.get("per_route_tokens", {}).get("edge") or {}
     prompt, completion = tokens.get("prompt_mean") or 0.0, tokens.get("completion_mean") or 0.0
     here_service = single["per_route"]["edge"]["total_s"]["p50"] or 0.0

@@ -110,13 +110,17 @@ def format_capacity(report: dict[str, Any]) -> str:
                      + ("pass" if level["passes"] else f"FAIL ({level.get('why_not')})"))
     est = cap.get("orin_nx_7b_estimate") or {}
     if est.get("available"):
-        cases = ", ".join(f"{c['kiosks']} kiosks at {c['decode_tokens_per_s']:.0f} tok/s decode and "
+        cases = ", ".join(f"{_kiosks(c['kiosks'])} at {c['decode_tokens_per_s']:.0f} tok/s decode and "
                           f"{c['prefill_tokens_per_s']:.0f} tok/s prefill ({c['answer_s']:.1f} s per answer)"
                           for c in est["cases"].values())
         here = est["rule_on_this_machine"]
         lines.append(f"  ESTIMATE, not measured: {est['model']}: {cases}; the same rule on this machine "
-                     f"says {here['kiosks']} (measured {here['measured_kiosks']})")
+                     f"says {_kiosks(here['kiosks'])} (measured {here['measured_kiosks']})")
     return "\n".join(lines)
+
+
+def _kiosks(n: int) -> str:
+    return "no limit from waiting" if n >= 10**6 else f"{n} kiosk(s)"
 
 
 def format_report(report: dict[str, Any]) -> str:

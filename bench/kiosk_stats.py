@@ -164,7 +164,7 @@ def simple_cause(result: RequestResult) -> str | None:
     confidently simple (``router``)."""
     if not result.ok or result.label != "simple" or result.route != "cloud":
         return None
-    if result.kind in REPEAT_KINDS:
+    if result.kind in REPEAT_KINDS and result.cache != "bypass":  # a strategy without the cache misses nothing
         return "cache-miss-on-repeat"
     if (result.reason or "").startswith("edge-busy"):
         return "edge-queueing"
@@ -184,7 +184,7 @@ def simple_block(results: list[RequestResult]) -> dict[str, Any]:
         cause = simple_cause(r)
         if cause:
             tokens[cause] += r.prompt_tokens + r.completion_tokens
-    repeats = [r for r in results if r.kind in REPEAT_KINDS and r.ok]
+    repeats = [r for r in results if r.kind in REPEAT_KINDS and r.ok and r.cache != "bypass"]
     return {
         "requests": len(simple),
         "routes": {route: routes.get(route, 0) for route in ROUTES},

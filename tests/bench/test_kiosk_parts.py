@@ -149,6 +149,10 @@ def test_shortfalls_name_their_causes() -> None:
     assert simple["to_cloud_by_cause"] == {"router": 4, "edge-queueing": 2, "cache-miss-on-repeat": 1}
     assert simple["to_cloud_tokens_by_cause"]["router"] == 80
     assert simple["repeats"] == {"requests": 5, "cache_hits": 4, "misses": 1}
+    # Without the cache (routed, all-cloud) a repeat sent to the cloud is the router's doing, not a miss.
+    bypassed = _result("cloud", 1.5, tokens=(10, 10), kind="repeat", reason="classifier:simple:0.9")
+    bypassed.cache = "bypass"
+    assert summarize([bypassed], Prices(1, 1), 1.0)["simple"]["to_cloud_by_cause"]["router"] == 1
     targets = evaluate_targets({"all-cloud": cloud, "hybrid": hybrid},
                                {"ttft_p50_s": 1.5, "ttft_p99_s": 4.0, "peak": False}, hybrid_rows)
     median = targets["ttft_p50_cut"]
@@ -251,3 +255,22 @@ def test_shapes_replay_the_same_questions() -> None:
     assert [[t.text for t in s.turns] for s in eight.sessions] == [[t.text for t in s.turns] for s in one.sessions]
     assert {s.kiosk for s in one.sessions} == {0} and "routed" not in one.strategies
     assert max(t.think_s for s in one.sessions for t in s.turns) <= 4 * 0.2
+
+
+def test_orin_nx_estimate_is_marked_and_uses_the_runs_edge_demand() -> None:
+    from bench.kiosk import KioskOptions
+    from bench.kiosk_capacity import orin_nx_estimate
+
+    hybrid = summarize([_result("edge", 0.3, tokens=(40, 48)) for _ in range(4)]
+                       + [_result("cloud", 1.5, tokens=(40, 48), reason="edge-busy") for _ in range(4)]
+                       + [_result("cache", 0.01, kind="faq") for _ in range(8)], Prices(1, 1), 100.0)
+    single = summarize([_result("edge", 0.1, tokens=(40, 48)) for _ in range(5)], Prices(1, 1), 10.0)
+    shapes = {"8": {"kiosks": 8, "strategies": {"hybrid": hybrid}},
+              "1": {"kiosks": 1, "strategies": {"all-edge": single}}}
+    est = orin_nx_estimate({"kiosks": 2}, shapes, KioskOptions())
+    assert est["estimate"] is True and est["available"] is True
+    assert est["edge_answers_per_kiosk_per_s"] == 0.01  # 8 simple requests not from the cache / 8 kiosks / 100 s
+    assert est["cases"]["slow"]["answer_s"] > est["cases"]["fast"]["answer_s"]
+    assert 1 <= est["cases"]["slow"]["kiosks"] <= est["cases"]["fast"]["kiosks"]
+    no_edge = {"8": shapes["8"], "1": {"kiosks": 1, "strategies": {"all-edge": summarize([], Prices(1, 1), 1.0)}}}
+    assert orin_nx_estimate({}, no_edge, KioskOptions())["available"] is False
