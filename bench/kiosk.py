@@ -10,6 +10,10 @@ SAME seeded traffic (``bench.kiosk_traffic``) under four strategies, one after t
 * ``hybrid``: model ``edgecloud-auto`` with the cache, purged first (``POST /admin/cache/purge``) so
   its hits come only from the traffic's own repeats and the FAQ pack.
 
+This is done per installation shape (``shapes``: 8 kiosks sharing one device, and one kiosk), on the
+same questions; then a capacity ladder runs the hybrid alone at more kiosk counts
+(``bench.kiosk_capacity``), and the targets are judged per shape (``bench.kiosk_targets``).
+
 Every answer is streamed; per request the kiosk records TTFT, total time, tokens, route, reason,
 label and error (``bench.kiosk_client``). The figures (``bench.kiosk_stats``), the config and the
 machine go to ``<out>/kiosk.json``, the per-request rows to ``<out>/kiosk_requests.jsonl`` and the
