@@ -47,19 +47,23 @@ def test_quick_report_files_and_structure(quick_report: dict[str, Any]) -> None:
     for key in ("nproc", "cpu_model", "ram_gib"):
         assert quick_report["machine"][key]
     assert quick_report["config"]["quick"] is True
-    assert all(quick_report["complete"].values())
+    # Only the edge-only strategy may be cut by the time cap (a busy machine slows the edge, not the cloud).
+    assert all(done for name, done in quick_report["complete"].items() if name != "all-edge")
     rows = [json.loads(line) for line in Path(files["requests"]).read_text(encoding="utf-8").splitlines()]
     per_strategy = quick_report["traffic"]["requests"]
     assert quick_report["headline_kiosks"] == 4
-    assert len([r for r in rows if r["kiosks"] == 4]) == per_strategy * len(STRATEGY_NAMES)
     rows = [r for r in rows if r["kiosks"] == 4]
+    assert len(rows) == sum(s["requests"] for s in quick_report["strategies"].values())
+    assert all(s["requests"] == per_strategy for s in quick_report["strategies"].values() if s["complete"])
     # The same traffic for every strategy: identical (session, turn, kind) sequences.
     sequences = {name: [(r["session"], r["turn"], r["kind"]) for r in rows if r["strategy"] == name]
                  for name in STRATEGY_NAMES}
-    assert all(seq == sequences["all-cloud"] for seq in sequences.values())
+    assert all(seq == sequences["all-cloud"] for name, seq in sequences.items()
+               if quick_report["complete"][name])
+    assert all(set(seq) <= set(sequences["all-cloud"]) for seq in sequences.values())
     # Nothing secret leaks into the report (the admin token lives only in the deleted data dir).
     assert "admin_token" not in Path(files["json"]).read_text(encoding="utf-8")
-    assert any(line.startswith("targets") for line in quick_report["_log"])
+    assert "targets (hybrid vs all-cloud):" in "\n".join(quick_report["_log"])
 
 
 @pytest.mark.slow
@@ -67,7 +71,7 @@ def test_quick_report_files_and_structure(quick_report: dict[str, Any]) -> None:
 def test_quick_report_numbers_are_consistent(quick_report: dict[str, Any]) -> None:
     requests = quick_report["traffic"]["requests"]
     for name, s in quick_report["strategies"].items():
-        assert s["requests"] == requests, name
+        assert s["requests"] == requests if s["complete"] else s["requests"] <= requests, name
         assert s["ok"] + s["errors"] == s["requests"], name
         assert sum(s["routes"].values()) == s["ok"], name
         assert sum(s["error_codes"].values()) == s["errors"], name
@@ -126,9 +130,14 @@ def test_quick_two_shapes_capacity_and_baseline(quick_report: dict[str, Any]) ->
         assert sum(simple["routes"].values()) == simple["requests"]
         assert simple["to_cloud"] == sum(simple["to_cloud_by_cause"].values())
     cap = quick_report["capacity"]
-    assert cap["measured"] is True and [lv["kiosks"] for lv in cap["levels"]][:2] == [1, 4]
-    assert cap["levels"][0]["reused_from_shape"] and cap["levels"][1]["reused_from_shape"]
-    assert cap["kiosks"] in (0, 1, 4, 6)
+    assert cap["measured"] is True and cap["levels"][0]["kiosks"] == 1 and cap["levels"][0]["reused_from_shape"]
+    # The ladder stops at the first failing level (on a busy machine that can be the first).
+    passed = [lv["passes"] for lv in cap["levels"]]
+    assert passed == [True] * (len(passed) - 1) + [passed[-1]]
+    if passed[0]:
+        assert cap["levels"][1]["kiosks"] == 4 and cap["levels"][1]["reused_from_shape"]
+    assert cap["kiosks"] == (cap["levels"][-1]["kiosks"] if passed[-1] else
+                             ([lv["kiosks"] for lv in cap["levels"][:-1]] or [0])[-1])
     log = "\n".join(quick_report["_log"])
     assert "== 1 kiosk(s) on one device" in log and "capacity (" in log
     assert "simple requests sent to the cloud:" in log
