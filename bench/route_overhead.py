@@ -27,7 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.edge_overhead import QUESTIONS, percentile
+from bench.edge_overhead import QUESTIONS
+from bench.percentile import percentile
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SHARED = Path(__file__).resolve().parent.parent.parent / "shared" / "datasets" / "routing"
@@ -90,7 +91,7 @@ async def measure(n: int) -> dict:
         out = {}
         for name, values in stages.items():
             v = [x for x, k in zip(values, kinds, strict=True) if select is None or k == select]
-            out[name] = {"n": len(v), "p50_ms": percentile(v, 0.5), "p99_ms": percentile(v, 0.99), "max_ms": max(v)}
+            out[name] = {"n": len(v), "p50_ms": percentile(v, 50), "p99_ms": percentile(v, 99), "max_ms": max(v)}
         return out
 
     return {"requests": n, "stages": summary(None), "kiosk": summary("kiosk"), "routes": routes,

@@ -30,6 +30,7 @@ from cloud_bridge.config import CloudConfig, ProviderConfig
 from cloud_bridge.deadline import DeadlineExceeded, Watchdog
 from cloud_bridge.errors import BREAKER_KINDS, CloudError
 from cloud_bridge.events import ContentDelta, StreamDone
+from cloud_bridge.percentile import nearest_rank
 from cloud_bridge.redact import RedactingFilter, Redactor, provider_secrets, safe_url
 from cloud_bridge.retry import RetryBudget, full_jitter_backoff
 from cloud_bridge.timings import CallTimings, DnsCache, PhaseTrace
@@ -188,11 +189,7 @@ class CloudBridge:
 
     def ttft_quantile_s(self, q: float = 0.95) -> float | None:
         """Live time-to-first-token quantile over recent successes (what the router hedges on)."""
-        if not self._ttfts:
-            return None
-        ordered = sorted(self._ttfts)
-        index = min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))
-        return ordered[index]
+        return nearest_rank(self._ttfts, q)
 
     def redact(self, text: str) -> str:
         """Mask every configured key (and key-looking strings) in ``text``."""

@@ -32,7 +32,7 @@ from .disclosure import public_load_error
 from .errors import APIError, internal, invalid
 from .openai_format import DONE, ChunkWriter, completion_body
 from .pipeline import Answer
-from .schemas import parse_chat_request
+from .schemas import PART_TYPES, ROLES, parse_chat_request
 from .services import Services
 from .types import ChatRequest, Finish, TextDelta
 
@@ -52,12 +52,12 @@ CHAT_SCHEMA: dict[str, Any] = {
                 "type": "object",
                 "required": ["role"],
                 "properties": {
-                    "role": {"type": "string", "enum": ["system", "developer", "user", "assistant", "tool"]},
+                    "role": {"type": "string", "enum": sorted(ROLES)},
                     "content": {
                         "anyOf": [
                             {"type": "string"},
                             {"type": "array", "items": {"type": "object", "required": ["type"], "properties": {
-                                "type": {"type": "string", "enum": ["text", "image_url"]},
+                                "type": {"type": "string", "enum": sorted(PART_TYPES)},
                                 "text": {"type": "string"}}}},
                             {"type": "null"},
                         ]
@@ -128,7 +128,7 @@ async def read_json_body(request: Request, limit: int, timeout_s: float = 15.0) 
 
     try:
         if sys.version_info >= (3, 11):
-            async with asyncio.timeout(timeout_s):  # no extra task per request (wait_for makes one)
+            async with asyncio.timeout(timeout_s):  # novermin (3.11 branch); no extra task per request
                 raw = await collect()
         else:  # pragma: no cover - Python 3.10
             raw = await asyncio.wait_for(collect(), timeout_s)
@@ -246,9 +246,14 @@ def create_app(settings: Settings) -> FastAPI:
         services = Services(settings)
         app.state.services = services
         await services.start()
+        from .systemd_notify import SystemdNotify
+
+        notify = SystemdNotify(services)  # READY=1 and watchdog pings under systemd; else a no-op
+        notify.start()
         try:
             yield
         finally:
+            await notify.aclose()
             await services.aclose()
 
     docs = settings.server.api_docs

@@ -6,9 +6,10 @@ uvicorn alone has two gaps (found by tests/reliability/test_abuse.py):
 - its ``limit_concurrency`` counts *connections*, idle ones included, so a few hundred idle
   sockets make every other kiosk get a plain-text 503.
 So the gateway closes connections whose headers do not arrive within ``header_timeout_s``
-(``GuardedHttpToolsProtocol``) and limits *requests in flight* in the app itself, answering an
-OpenAI-style 503 with ``Retry-After`` past the limit (``InFlightLimit``). A request counts as in
-flight only once its body has arrived (``BodyFirst``), so slow senders cannot take the slots.
+(``guarded_protocol``, kept in ``edge.uvicorn_private`` with the uvicorn internals it relies on)
+and limits *requests in flight* in the app itself, answering an OpenAI-style 503 with
+``Retry-After`` past the limit (``InFlightLimit``). A request counts as in flight only once its
+body has arrived (``BodyFirst``), so slow senders cannot take the slots.
 """
 
 from __future__ import annotations
@@ -18,47 +19,9 @@ import json
 from collections import deque
 from typing import Any
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from .uvicorn_private import guarded_protocol
 
-
-def guarded_protocol(header_timeout_s: float) -> type[HttpToolsProtocol]:
-    """An httptools protocol class that closes connections stuck before their headers end."""
-
-    class GuardedHttpToolsProtocol(HttpToolsProtocol):
-        HEADER_TIMEOUT_S = header_timeout_s
-
-        def connection_made(self, transport: Any) -> None:  # type: ignore[override]
-            super().connection_made(transport)
-            self._arm()
-
-        def on_message_begin(self) -> None:
-            super().on_message_begin()
-            self._arm()
-
-        def on_headers_complete(self) -> None:
-            self._disarm()
-            super().on_headers_complete()
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            self._disarm()
-            super().connection_lost(exc)
-
-        def _arm(self) -> None:
-            self._disarm()
-            self._header_timer = self.loop.call_later(self.HEADER_TIMEOUT_S, self._header_timeout)
-
-        def _disarm(self) -> None:
-            timer = getattr(self, "_header_timer", None)
-            if timer is not None:
-                timer.cancel()
-                self._header_timer = None
-
-        def _header_timeout(self) -> None:
-            self._header_timer = None
-            if self.cycle is None or self.cycle.response_complete:
-                self.transport.close()
-
-    return GuardedHttpToolsProtocol
+__all__ = ["BodyFirst", "InFlightLimit", "guarded_protocol"]
 
 
 _BUSY = json.dumps({"error": {

@@ -66,7 +66,7 @@ def _register_intent(msub: argparse._SubParsersAction) -> None:
                             "threshold split")
     train.add_argument("--no-source-holdout", action="store_true",
                        help="skip the leave-one-source-out evaluation (faster)")
-    train.set_defaults(func=_train_intent)
+    train.set_defaults(func=_train_intent, needs_extra="train")
 
     ev = msub.add_parser(
         "eval-intent",

@@ -18,6 +18,7 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from cloud_bridge.errors import PROVIDER_FAULT_KINDS
 from edge.config import Settings, SlaTarget
 from edge.records import RequestRecord
 
@@ -34,7 +35,7 @@ from .metrics import (
     safe_call,
 )
 from .monitor import SlaMonitor
-from .sla import MINUTE_S, MinuteRow, evaluate, minute_of, percentile
+from .sla import MINUTE_S, MinuteRow, evaluate, minute_of, rollup
 from .store import MinuteStore, StoredRow
 
 log = logging.getLogger(__name__)
@@ -86,18 +87,13 @@ def call_ttft_ms(rec: object) -> float | None:
     return call_phases(rec)["first_byte"]
 
 
-# Failures the provider answers for (its SLA); auth, size and client errors are the caller's.
-PROVIDER_FAULT_KINDS = frozenset(
-    {
-        "server_error",
-        "connect",
-        "timeout_connect",
-        "timeout_ttft",
-        "timeout_gap",
-        "timeout_total",
-        "bad_response",
-    }
-)
+def knowledge_summary(status: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The dashboard's venue-knowledge card: the pack's version, hit ratio and the operator's
+    to-do list (uncovered venue questions, already scrubbed and thresholded by the service)."""
+    if not status:
+        return None
+    return {k: status.get(k) for k in ("loaded", "mode", "name", "version", "pack_version", "facts",
+                                       "hit_ratio", "lookups", "uncovered", "last_error")}
 
 
 def merge_stored(kind: str, old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
@@ -402,9 +398,7 @@ class Observability:
         misses = sum(u.cache_misses for u in totals.values())
         saved = sum(u.avoided_usd for u in totals.values())
         spent = sum(u.cost_usd for u in totals.values())
-        all_ttft = sorted(
-            v for r in rows.values() if r.scope == "route" and r.minute >= oldest for v in r.ttft_samples
-        )
+        all_ttft, _ = rollup(r for r in rows.values() if r.scope == "route" and r.minute >= oldest)
         update = safe_call(src.update_status, {})
         return {
             "generated_at": now,
@@ -418,7 +412,7 @@ class Observability:
                 "errors": sum(u.errors for u in totals.values()),
             },
             "ttft": series,
-            "ttft_last_hour": {"p50": percentile(all_ttft, 50), "p99": percentile(all_ttft, 99)},
+            "ttft_last_hour": {"p50": all_ttft.quantile(50), "p99": all_ttft.quantile(99)},
             "providers": providers,
             "cache": {
                 "hits": hits,
@@ -441,6 +435,7 @@ class Observability:
             "breakers": self._breakers(),
             "device": self.device.snapshot.to_dict(),
             "breaches": [b.to_dict() for b in reversed(self.monitor.recent_breaches)][:20],
+            "knowledge": knowledge_summary(safe_call(src.knowledge_status, None)),
         }
 
 
