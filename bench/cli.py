@@ -18,7 +18,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     k = sub.add_parser("kiosk", help="all-cloud vs all-edge vs routed vs hybrid on the same kiosk traffic")
     k.add_argument("--quick", action="store_true", help="CI smoke run: under 2 minutes, cloud delays x0.2")
-    k.add_argument("--concurrency", type=int, default=None, help="simulated kiosks at once, 1-64 (default 8)")
+    k.add_argument("--shapes", default=None,
+                   help="comma-separated kiosk counts sharing one device, one run each, 1-64 (default 8,1)")
+    k.add_argument("--concurrency", type=int, default=None, help="one shape only: this many kiosks (1-64)")
+    k.add_argument("--dataset-dir", type=Path, action="append", default=None,
+                   help="routing data folder (*.jsonl) to draw questions from instead of the shipped "
+                        "bench/data/routing; repeat for more folders")
+    k.add_argument("--no-capacity", action="store_true",
+                   help="skip the capacity ladder (kiosks per device at edge TTFT P95 < 1 s)")
+    k.add_argument("--capacity-levels", default=None,
+                   help="comma-separated kiosk counts of the capacity ladder (default 1,2,4,8,12,16,24,32,48,64)")
+    k.add_argument("--capacity-duration", type=float, default=None,
+                   help="seconds each capacity level's traffic is sized for (default 60)")
+    k.add_argument("--baseline", type=Path, default=None,
+                   help="an earlier kiosk.json: print each figure beside it")
     k.add_argument("--duration", type=float, default=None,
                    help="seconds per strategy the traffic is sized for (default 75)")
     k.add_argument("--cap", type=float, default=None,
@@ -77,8 +90,22 @@ def run_kiosk(args: argparse.Namespace) -> int:
 
     _exit_on_sigterm()
 
+    shapes = _int_list(args.shapes, "--shapes") if args.shapes else None
+    if args.concurrency is not None:
+        shapes = [args.concurrency]
+    levels = _int_list(args.capacity_levels, "--capacity-levels") if args.capacity_levels else None
+    if args.baseline is not None:
+        from bench.kiosk_baseline import load_report
+
+        if not args.baseline.is_file():
+            raise SystemExit(f"--baseline: no such file: {args.baseline}")
+        load_report(args.baseline)  # a bad file fails now, not after a 20-minute run
+    for folder in args.dataset_dir or []:
+        if not folder.is_dir() or not any(folder.glob("*.jsonl")):
+            raise SystemExit(f"--dataset-dir: no *.jsonl routing data under {folder}")
     overrides = {
-        "concurrency": args.concurrency, "duration_s": args.duration, "cap_s": args.cap,
+        "shapes": shapes, "capacity_levels": levels, "capacity_duration_s": args.capacity_duration,
+        "dataset_dirs": args.dataset_dir, "baseline": args.baseline, "duration_s": args.duration, "cap_s": args.cap,
         "intent_model_dir": args.intent_model_dir, "sessions": args.sessions,
         "faq_share": args.faq_share, "zh_share": args.zh_share, "think_mean_s": args.think_time,
         "max_tokens": args.max_tokens, "seed": args.seed, "ttft_p50_s": args.ttft_p50,
@@ -86,9 +113,8 @@ def run_kiosk(args: argparse.Namespace) -> int:
         "connection_setup_s": args.connection_setup, "time_scale": args.time_scale, "out_dir": args.out,
         "strategies": [s.strip() for s in args.strategies.split(",")] if args.strategies else None,
     }
-    if args.concurrency is not None and not 1 <= args.concurrency <= 64:
-        raise SystemExit("--concurrency must be between 1 and 64")
     flags = {"peak": args.peak or None, "hedge": False if args.no_hedge else None,
+             "capacity": False if args.no_capacity else None,
              "keep_data_dir": args.keep_data_dir or None}
     overrides.update(flags)
     if args.quick:
@@ -97,6 +123,17 @@ def run_kiosk(args: argparse.Namespace) -> int:
         options = KioskOptions(**{k: v for k, v in overrides.items() if v is not None})
     report = run_kiosk_benchmark(options)
     return 0 if report["strategies"] else 1
+
+
+def _int_list(text: str, flag: str) -> list[int]:
+    """``"8,1"`` -> ``[8, 1]``; each a kiosk count from 1 to 64, or a clear error."""
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise SystemExit(f"{flag} takes comma-separated whole numbers, got {text!r}") from None
+    if not values or not all(1 <= v <= 64 for v in values):
+        raise SystemExit(f"{flag}: every kiosk count must be between 1 and 64, got {text!r}")
+    return values
 
 
 def run_scale(args: argparse.Namespace) -> int:

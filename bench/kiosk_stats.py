@@ -76,6 +76,13 @@ def latency_block(results: list[RequestResult]) -> dict[str, Any]:
     }
 
 
+def _token_means(results: list[RequestResult]) -> dict[str, float | None]:
+    if not results:
+        return {"prompt_mean": None, "completion_mean": None}
+    return {"prompt_mean": round(float(np.mean([r.prompt_tokens for r in results])), 1),
+            "completion_mean": round(float(np.mean([r.completion_tokens for r in results])), 1)}
+
+
 def summarize(results: list[RequestResult], prices: Prices, wall_s: float,
               cloud_counters: dict[str, Any] | None = None) -> dict[str, Any]:
     """Every figure the issue asks for, for one strategy."""
@@ -99,6 +106,7 @@ def summarize(results: list[RequestResult], prices: Prices, wall_s: float,
         "reasons": dict(reasons.most_common(12)),
         "overall": latency_block(results),
         "per_route": {route: latency_block([r for r in ok if r.route == route]) for route in ROUTES},
+        "per_route_tokens": {route: _token_means([r for r in ok if r.route == route]) for route in ROUTES},
         "cloud_tokens": {"prompt": prompt, "completion": completion, "total": prompt + completion},
         # Which requests the cloud tokens were spent on: in all-cloud, the "simple" share is the most any
         # routing + caching could ever save (complex and multi-turn requests must stay in the cloud).
@@ -117,18 +125,13 @@ def summarize(results: list[RequestResult], prices: Prices, wall_s: float,
             "strict_to_edge": len(strict_edge),
             "strict_to_edge_share": round(len(strict_edge) / len(strict_all), 4) if strict_all else None,
         },
+        "simple": simple_block(results),
         "by_kind": {kind: {"requests": n, "routes": dict(Counter(r.route or "error" for r in results
                                                                   if r.kind == kind))}
                     for kind, n in sorted(Counter(r.kind for r in results).items())},
         "wall_s": round(wall_s, 2),
         "requests_per_s": round(len(results) / wall_s, 3) if wall_s > 0 else None,
     }
-
-
-def _cut(base: float | None, new: float | None) -> float | None:
-    if base is None or new is None or base <= 0:
-        return None
-    return round(1.0 - new / base, 4)
 
 
 def p99_floor_s(cloud_share: float, ttft_p50_s: float, ttft_p99_s: float, peak: bool = False) -> float:
@@ -143,39 +146,50 @@ def p99_floor_s(cloud_share: float, ttft_p50_s: float, ttft_p99_s: float, peak: 
     return math.exp(mu + sigma * NormalDist().inv_cdf(1.0 - 0.01 / cloud_share))
 
 
-def evaluate_targets(strategies: dict[str, dict[str, Any]], cloud_latency: dict[str, Any] | None = None,
-                     ) -> dict[str, Any]:
-    """The issue's targets, hybrid against all-cloud; each with its measured value and verdict.
+REPEAT_KINDS = frozenset({"faq", "repeat"})
 
-    ``best_possible`` says what no router can beat on this traffic: for tokens, the share of all-cloud's
-    tokens spent on simple requests; for the P99 (given ``cloud_latency``: ``ttft_p50_s``,
-    ``ttft_p99_s``, ``peak``), the cut that :func:`p99_floor_s` allows with the complex share."""
-    hybrid, cloud = strategies.get("hybrid"), strategies.get("all-cloud")
-    if hybrid is None or cloud is None:
-        return {"evaluated": False, "why": "needs both the hybrid and the all-cloud strategy"}
-    median_cut = _cut(cloud["overall"]["ttft_s"]["p50"], hybrid["overall"]["ttft_s"]["p50"])
-    p99_cut = _cut(cloud["overall"]["ttft_s"]["p99"], hybrid["overall"]["ttft_s"]["p99"])
-    tokens_cut = _cut(float(cloud["cloud_tokens"]["total"]), float(hybrid["cloud_tokens"]["total"]))
-    complex_share = hybrid["complex"]["to_edge_share"]
-    by_label = cloud.get("cloud_tokens_by_label", {})
-    base_tokens = float(cloud["cloud_tokens"]["total"])
-    best_cut = round(by_label.get("simple", 0) / base_tokens, 4) if base_tokens > 0 else None
-    best_p99_cut = None
-    complex_n, total_n = hybrid["complex"]["requests"], hybrid["requests"]
-    if cloud_latency is not None and total_n and cloud["overall"]["ttft_s"]["p99"]:
-        floor = p99_floor_s(complex_n / total_n, cloud_latency["ttft_p50_s"], cloud_latency["ttft_p99_s"],
-                            bool(cloud_latency.get("peak")))
-        best_p99_cut = round(1.0 - floor / cloud["overall"]["ttft_s"]["p99"], 4)
 
-    def at_least(value: float | None, target: float) -> dict[str, Any]:
-        return {"value": value, "target": target, "met": value is not None and value >= target}
+def simple_cause(result: RequestResult) -> str | None:
+    """Why a ``simple`` request reached the cloud, or None if it stayed on the device.
 
-    checks = {
-        "ttft_p50_cut": at_least(median_cut, 0.80),
-        "ttft_p99_cut": {**at_least(p99_cut, 0.60), "best_possible": best_p99_cut},
-        "cloud_tokens_cut": {**at_least(tokens_cut, 0.60), "best_possible": best_cut},
-        "complex_to_edge_share": {"value": complex_share, "target": 0.02,
-                                  "met": complex_share is not None and complex_share <= 0.02,
-                                  "strict_value": hybrid["complex"]["strict_to_edge_share"]},
+    One cause per request, the first that applies: an FAQ question or a repeat the cache should have
+    answered (``cache-miss-on-repeat``); the router's live-state diversion because the edge's
+    expected wait was over budget (``edge-queueing``); otherwise the router judged it complex or not
+    confidently simple (``router``)."""
+    if not result.ok or result.label != "simple" or result.route != "cloud":
+        return None
+    if result.kind in REPEAT_KINDS and result.cache != "bypass":  # a strategy without the cache misses nothing
+        return "cache-miss-on-repeat"
+    if (result.reason or "").startswith("edge-busy"):
+        return "edge-queueing"
+    return "router"
+
+
+def simple_block(results: list[RequestResult]) -> dict[str, Any]:
+    """Where the ``simple`` requests went: the share that left the device and why, and the repeats.
+
+    The share that left the device is the router's and the cache's joint figure of merit: every one
+    of these could have been answered on the kiosk's own hardware."""
+    simple = [r for r in results if r.label == "simple" and r.ok]
+    routes = Counter(r.route for r in simple)
+    causes = Counter(c for c in (simple_cause(r) for r in simple) if c)
+    tokens: Counter[str] = Counter()
+    for r in simple:
+        cause = simple_cause(r)
+        if cause:
+            tokens[cause] += r.prompt_tokens + r.completion_tokens
+    repeats = [r for r in results if r.kind in REPEAT_KINDS and r.ok and r.cache != "bypass"]
+    return {
+        "requests": len(simple),
+        "routes": {route: routes.get(route, 0) for route in ROUTES},
+        "to_cloud": routes.get("cloud", 0),
+        "left_device_share": round(routes.get("cloud", 0) / len(simple), 4) if simple else None,
+        "to_cloud_by_cause": {c: causes.get(c, 0) for c in SIMPLE_CAUSES},
+        "to_cloud_tokens_by_cause": {c: tokens.get(c, 0) for c in SIMPLE_CAUSES},
+        "to_cloud_reasons": dict(Counter(r.reason or "?" for r in simple if r.route == "cloud").most_common(8)),
+        "repeats": {"requests": len(repeats), "cache_hits": sum(r.route == "cache" for r in repeats),
+                    "misses": sum(r.route != "cache" for r in repeats)},
     }
-    return {"evaluated": True, "all_met": all(c["met"] for c in checks.values()), **checks}
+
+
+SIMPLE_CAUSES = ("router", "edge-queueing", "cache-miss-on-repeat")

@@ -24,7 +24,9 @@ from typing import Any
 from models.faq import load_faq_pack
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_DATASET_DIR = REPO_ROOT.parent / "shared" / "datasets" / "routing"
+# The traffic that ships with the code (curated from public routing data; sources and licences in its
+# README). More data: ``TrafficConfig.dataset_dirs`` / ``edgecloud bench kiosk --dataset-dir``.
+DEFAULT_DATASET_DIR = REPO_ROOT / "bench" / "data" / "routing"
 DEFAULT_FAQ_PACK = REPO_ROOT / "edge" / "cache" / "sample_faq.json"
 DIALOGUE_SOURCES = frozenset({"sgd", "crosswoz"})
 
@@ -66,12 +68,13 @@ class TrafficConfig:
     max_questions: int = 3  # unrelated questions of one single-turn session (1..max)
     think_mean_s: float = 2.0  # exponential think time, capped at 4x the mean
     max_chars: int = 1200  # longer dataset prompts are left out (kiosk users do not paste essays)
-    dataset_dir: Path = DEFAULT_DATASET_DIR
+    dataset_dirs: tuple[Path, ...] = (DEFAULT_DATASET_DIR,)
     faq_pack: Path = DEFAULT_FAQ_PACK
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        data["dataset_dir"], data["faq_pack"] = str(self.dataset_dir), str(self.faq_pack)
+        data["dataset_dirs"] = [str(p) for p in self.dataset_dirs]
+        data["faq_pack"] = str(self.faq_pack)
         return data
 
 
@@ -85,18 +88,33 @@ class Pools:
     faq: dict[str, list[str]] = field(default_factory=dict)
 
 
+def dataset_files(dirs: tuple[Path, ...] | list[Path]) -> list[Path]:
+    """Every ``*.jsonl`` of the given folders, sorted per folder for a stable order."""
+    files: list[Path] = []
+    for folder in dirs:
+        found = sorted(Path(folder).glob("*.jsonl"))
+        if not found:
+            raise FileNotFoundError(f"no *.jsonl routing data under {folder}")
+        files += found
+    return files
+
+
 def load_pools(config: TrafficConfig) -> Pools:
-    """Read every ``*.jsonl`` of the routing dataset and the FAQ pack, sorted for a stable order."""
+    """Read every ``*.jsonl`` of the routing data folders and the FAQ pack.
+
+    A text found in two folders (the shipped rows are a sample of the public data) is kept once."""
     pools = Pools()
-    files = sorted(Path(config.dataset_dir).glob("*.jsonl"))
-    if not files:
-        raise FileNotFoundError(f"no *.jsonl routing data under {config.dataset_dir}")
-    for path in files:
+    seen: set[str] = set()
+    for path in dataset_files(config.dataset_dirs):
         with open(path, encoding="utf-8") as fh:
             for line in fh:
                 if not line.strip():
                     continue
                 row = json.loads(line)
+                key = f"{row.get('source')}\x00{row.get('text', '')}"
+                if key in seen:
+                    continue
+                seen.add(key)
                 lang = row.get("lang", "en")
                 if row.get("messages"):
                     users = [m for m in row["messages"] if m.get("role") == "user" and m.get("content")]

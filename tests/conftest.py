@@ -10,7 +10,8 @@ import pytest
 from edge.local_model import find_embedded_model
 from harness import GatewayHandle, make_settings, run_gateway
 
-SHARED_ROUTING = Path(__file__).resolve().parent.parent.parent / "shared" / "datasets" / "routing"
+# The routing rows that ship with the benchmark (bench/data): the tests need no folder outside the clone.
+ROUTING_DATA = Path(__file__).resolve().parent.parent / "bench" / "data" / "routing"
 
 
 @pytest.fixture(scope="session")
@@ -22,10 +23,10 @@ def embedded_model() -> Path:
 
 
 @pytest.fixture(scope="session")
-def shared_routing() -> Path:
-    if not SHARED_ROUTING.is_dir():
-        pytest.skip(f"shared routing data not found at {SHARED_ROUTING}")
-    return SHARED_ROUTING
+def routing_data() -> Path:
+    if not any(ROUTING_DATA.glob("*.jsonl")):
+        pytest.fail(f"the shipped routing rows are missing from {ROUTING_DATA}")
+    return ROUTING_DATA
 
 
 @pytest.fixture(scope="session")

@@ -17,7 +17,7 @@ from bench.scale import ScaleOptions, run_scale_benchmark
 
 @pytest.mark.slow
 @pytest.mark.timeout(180)
-def test_scale_quick_one_worker(tmp_path: Path, embedded_model: Path, shared_routing: Path) -> None:
+def test_scale_quick_one_worker(tmp_path: Path, embedded_model: Path, routing_data: Path) -> None:
     options = ScaleOptions(workers=[1], concurrency=[2], duration_s=1.5, warmup_s=0.3, out_dir=tmp_path,
                            p99_bound_ms=10_000.0)
     lines: list[str] = []

@@ -64,8 +64,8 @@ def test_console_script(tmp_path: Path) -> None:
     assert "train-intent" in help_text and "eval-intent" in help_text
 
 
-def test_dev_split_of_shared_data(shared_routing: Path) -> None:
-    report = evaluate([shared_routing], split="dev")
+def test_dev_split_of_shipped_routing_data(routing_data: Path) -> None:
+    report = evaluate([routing_data], split="dev")
     assert report["data"]["skipped_multi_turn"] > 0
     assert report["overall"]["accuracy"] >= 0.9
     assert report["overall"]["per_label"]["complex"]["recall"] >= 0.97

@@ -119,11 +119,11 @@ def test_missing_data_is_a_clean_error(tmp_path: Path, capsys: pytest.CaptureFix
 
 
 @pytest.mark.slow
-def test_source_holdout_on_shared_data(shared_routing: Path, tmp_path: Path) -> None:
-    """Leave-one-source-out on a sample of the shared data: reported per source in the card."""
+def test_source_holdout_on_shipped_routing_data(routing_data: Path, tmp_path: Path) -> None:
+    """Leave-one-source-out on a sample of the shipped routing data (bench/data): reported per source in the card."""
     rows = []
     for name in ("clinc150.jsonl", "gsm8k.jsonl", "cmrc2018.jsonl", "cmath.jsonl", "sgd.jsonl"):
-        lines = (shared_routing / name).read_text(encoding="utf-8").splitlines()
+        lines = (routing_data / name).read_text(encoding="utf-8").splitlines()
         rows += random.Random(1).sample(lines, 40)
     path = tmp_path / "shared_sample.jsonl"
     path.write_text("\n".join(rows) + "\n", encoding="utf-8")
