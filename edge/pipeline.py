@@ -118,7 +118,7 @@ class Pipeline:
         return LiveState(
             edge_ready=edge.ready,
             edge_expected_ttft_s=edge.expected_ttft_s() if edge.ready else 0.0,
-            edge_queue_full=edge.queue_depth > edge.config.max_queue,
+            edge_queue_full=edge.queue_full,
             edge_n_ctx=edge.n_ctx,
             cloud_enabled=bool(cloud and cloud.enabled),
             cloud_available=bool(cloud and cloud.enabled and cloud.available()),
