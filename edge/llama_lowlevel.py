@@ -119,8 +119,6 @@ def replace_batch(llama: Any, n_tokens: int) -> Any:
 class Batch:
     """Writes tokens into a ``llama_batch`` and decodes it (A4, A5)."""
 
-    __slots__ = ("_ctx", "_raw", "capacity", "n")
-
     def __init__(self, llama: Any, capacity: int) -> None:
         self._raw = replace_batch(llama, capacity)
         self._ctx = context(llama)

@@ -1,10 +1,12 @@
-"""The on-device model: llama-cpp-python behind a one-at-a-time worker thread and a bounded queue.
+"""The on-device model: llama-cpp-python on one compute thread, behind slots and a bounded queue.
 
 Why it is built this way:
-- A llama.cpp context is not thread-safe, and on a Jetson (or a 2-core box) two generations at once
-  only halve each other's speed. So one generation runs at a time, in one dedicated worker thread,
-  and waiting requests queue in the event loop. The queue is bounded: past ``max_queue`` waiters
-  the gateway answers 503 + Retry-After at once (the router sends such requests to the cloud).
+- A llama.cpp context is not thread-safe, and two separate generations at once only halve each
+  other's speed. With ``[edge] parallel`` > 1 (the default) the requests share one llama.cpp batch
+  per step instead (continuous batching, ``edge/batch_runner.py``); with ``parallel = 1`` one
+  generation runs at a time (``Llama.generate``, described below). Either way past the slots
+  requests wait, bounded: past ``max_queue`` waiters the gateway answers 503 + Retry-After at once
+  (the router sends such requests to the cloud).
 - Tokens cross from the worker thread to the event loop through ``call_soon_threadsafe``; the
   loop never blocks on llama.cpp.
 - A client that goes away sets the request's cancel flag; the worker checks it after every token,
