@@ -250,7 +250,10 @@ class SeqJob:
         self.done = False
 
     def put(self, item: Any) -> None:
-        self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
+        try:
+            self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
+        except RuntimeError:  # the event loop is closed (shutdown): nobody is listening any more
+            self.cancel.set()
 
 
 class Slot:
@@ -319,7 +322,8 @@ class BatchEngine:
 
     @property
     def waiting(self) -> int:
-        return len(self.pending)
+        """Requests that will find no free slot (submitted ones not yet admitted take the free ones first)."""
+        return max(0, len(self.pending) - (self.parallel - self.busy_slots))
 
     @property
     def busy_slots(self) -> int:
@@ -334,7 +338,7 @@ class BatchEngine:
         answer per round of waiters beyond the slots.
         """
         st = self.stats
-        ahead = self.waiting
+        ahead = len(self.pending)
         free = self.parallel - self.busy_slots
         if ahead < free:
             return st.step_s + (ahead + 1) * st.prefill_s

@@ -313,7 +313,7 @@ class LocalModel:
         """Requests on the model: answering (in a slot) plus waiting for one."""
         engine = self._engine
         if engine is not None:
-            return engine.busy_slots + engine.waiting
+            return engine.busy_slots + len(engine.pending)
         return self._waiting + (1 if self._busy else 0)
 
     @property
