@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # Build llama.cpp with both cores; pip's wheel cache makes later builds fast.
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 
-.PHONY: run test lint bench venv clean
+.PHONY: run test lint bench venv clean browser
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,9 +21,22 @@ venv: $(STAMP)
 run: $(STAMP)
 	$(BIN)/edgecloud serve
 
-test: $(STAMP)
+test: $(STAMP) browser
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -ra
+
+# The dashboard's browser tests need a headless Chromium: Debian's package, installed when this
+# runs as root with apt-get; otherwise one clear line, and those tests skip with the same reason.
+browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing chromium for the dashboard tests (apt-get)"; \
+	    { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1 || \
+	      { apt-get update -qq >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1; }; } || \
+	    echo "note: chromium could not be installed with apt-get; the dashboard browser tests will be skipped"; \
+	  else \
+	    echo "note: chromium is not installed and this is not root with apt-get; the dashboard browser tests will be skipped"; \
+	  fi; }
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -44,7 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     k.add_argument("--time-scale", type=float, default=None, help="scale every fake cloud delay (default 1)")
     k.add_argument("--out", type=Path, default=None, help="output folder (default bench/results)")
     k.add_argument("--keep-data-dir", action="store_true", help="keep the gateway's temp data dir (logs)")
-    k.set_defaults(func=run_kiosk)
+    k.set_defaults(func=run_kiosk, needs_extra="bench")
 
     s = sub.add_parser("scale", help="sustained load on cache hits and /v1/route, several uvicorn workers")
     s.add_argument("--workers", default="1,2", help="comma-separated worker counts (default 1,2)")
@@ -54,7 +54,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("--targets", default="cache,route", help="comma-separated: cache, route")
     s.add_argument("--quick", action="store_true", help="one worker count, two levels, 3 s each")
     s.add_argument("--out", type=Path, default=None, help="output folder (default bench/results)")
-    s.set_defaults(func=run_scale)
+    s.set_defaults(func=run_scale, needs_extra="bench")
 
 
 def _exit_on_sigterm() -> None:

@@ -24,7 +24,6 @@ import json
 import os
 import platform
 import random
-import socket
 import statistics
 import subprocess
 import sys
@@ -33,6 +32,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from bench.local_run import free_port
+from bench.percentile import percentile
 
 SYSTEM = (
     "You are the information kiosk of Riverside Mall. Answer visitors in one or two short sentences. "
@@ -50,19 +52,10 @@ QUESTIONS = [
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return float("nan")
-    k = (len(ordered) - 1) * q
-    lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
-
-
 def summarize(ttfts: list[float], rates: list[float]) -> dict[str, float]:
     return {
         "ttft_ms_p50": statistics.median(ttfts),
-        "ttft_ms_p90": percentile(ttfts, 0.9),
+        "ttft_ms_p90": percentile(ttfts, 90),
         "ttft_ms_max": max(ttfts),
         "decode_tps_p50": statistics.median(rates),
         "decode_tps_min": min(rates),
@@ -82,7 +75,7 @@ def paired_ratio(ours: list[float | None], theirs: list[float | None], resamples
     draw = random.Random(seed)
     medians = sorted(statistics.median(draw.choices(ratios, k=len(ratios))) for _ in range(resamples))
     return {"median": statistics.median(ratios),
-            "ci95": [percentile(medians, 0.025), percentile(medians, 0.975)], "n": len(ratios)}
+            "ci95": [percentile(medians, 2.5), percentile(medians, 97.5)], "n": len(ratios)}
 
 
 def _direct_session(model_path: Path) -> Any:
@@ -145,12 +138,6 @@ def _http_session(base: str, model: str) -> Any:
     return one
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _wait_ready(proc: subprocess.Popen, url: str, started: float) -> float:
     import httpx
 
@@ -168,7 +155,7 @@ def _wait_ready(proc: subprocess.Popen, url: str, started: float) -> float:
 
 
 def start_gateway(data_dir: Path) -> tuple[subprocess.Popen, str, float]:
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "EDGECLOUD_SERVER_DATA_DIR": str(data_dir), "EDGECLOUD_CACHE_ENABLED": "false",
            "EDGECLOUD_LOGGING_LEVEL": "WARNING"}
     started = time.perf_counter()
@@ -183,7 +170,7 @@ def start_llama_server(binary: Path, model: Path) -> tuple[subprocess.Popen, str
     ``--no-repack`` where the CPU has AMX, exactly as the gateway decides (models/llama_runtime.py)."""
     from models.llama_runtime import use_extra_buffer_types
 
-    port = _free_port()
+    port = free_port()
     cmd = [str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-c", "2048",
            "--log-disable"]
     if not use_extra_buffer_types("auto"):

@@ -87,6 +87,7 @@ class FakeCloudConfig:
 
     model: str = "fake-gpt"
     api_key: str | None = None  # when set, requests without "Bearer <api_key>" get 401
+    api_key_header: str = "authorization"  # another name: the key comes bare in that header (Azure: api-key)
     reply_text: str | None = None  # None: "Echo: <last user message>"
     fault: str = "none"
     fault_count: int | None = None
@@ -201,10 +202,12 @@ def create_fake_cloud(
             if cfg.connection_setup_s > 0:
                 await asyncio.sleep(cfg.connection_setup_s * cfg.time_scale)
         path = scope["path"].rstrip("/")
-        if cfg.api_key is not None and headers.get("authorization") != f"Bearer {cfg.api_key}":
+        key_header = cfg.api_key_header.lower()
+        expected = f"Bearer {cfg.api_key}" if key_header == "authorization" else cfg.api_key
+        if cfg.api_key is not None and headers.get(key_header) != expected:
             await _drain(receive)
             # Like real providers, echo (part of) the wrong key: the client must redact it.
-            given = headers.get("authorization", "").removeprefix("Bearer ")
+            given = headers.get(key_header, "").removeprefix("Bearer ")
             await _json(send, 401, {"error": {"message": f"Incorrect API key provided: {given}.",
                                               "type": "invalid_request_error", "param": None,
                                               "code": "invalid_api_key"}})

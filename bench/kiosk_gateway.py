@@ -8,10 +8,8 @@ printed.
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
-import socket
 import subprocess
 import sys
 import time
@@ -21,43 +19,10 @@ from typing import Any
 
 import httpx
 
+from bench.local_run import free_port, render_toml
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_FAQ = REPO_ROOT / "edge" / "cache" / "sample_faq.json"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _toml_value(value: Any) -> str:
-    """TOML for the few value kinds the config uses (JSON strings are valid TOML basic strings)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, (str, Path)):
-        return json.dumps(str(value))
-    if isinstance(value, list):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    raise TypeError(f"cannot write {type(value).__name__} to TOML")
-
-
-def render_toml(tree: dict[str, Any]) -> str:
-    """``{"server": {...}, "cloud": {"providers": [{...}]}}`` -> TOML text."""
-    lines: list[str] = []
-    for section, values in tree.items():
-        tables = {k: v for k, v in values.items() if isinstance(v, list) and v and isinstance(v[0], dict)}
-        lines.append(f"[{section}]")
-        lines += [f"{k} = {_toml_value(v)}" for k, v in values.items() if k not in tables]
-        lines.append("")
-        for name, items in tables.items():
-            for item in items:
-                lines.append(f"[[{section}.{name}]]")
-                lines += [f"{k} = {_toml_value(v)}" for k, v in item.items()]
-                lines.append("")
-    return "\n".join(lines)
 
 
 @dataclass

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from bench.fake_cloud import ttft_lognormal
+from bench.percentile import percentiles
 
 ROUTES = ("edge", "cloud", "cache")
 
@@ -62,13 +63,6 @@ class Prices:
 
     def cost(self, prompt_tokens: int, completion_tokens: int) -> float:
         return prompt_tokens * self.input_per_mtok / 1e6 + completion_tokens * self.output_per_mtok / 1e6
-
-
-def percentiles(values: list[float], qs: tuple[int, ...] = (50, 95, 99)) -> dict[str, float | None]:
-    if not values:
-        return {f"p{q}": None for q in qs}
-    arr = np.asarray(values, dtype=float)
-    return {f"p{q}": round(float(np.percentile(arr, q)), 4) for q in qs}
 
 
 def latency_block(results: list[RequestResult]) -> dict[str, Any]:

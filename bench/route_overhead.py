@@ -2,9 +2,15 @@
 
 Per request: validate the body (``parse_chat_request``), the cache policy and a lookup (a miss),
 count the prompt's tokens with the model's tokenizer, run the ONNX intent classifier and the
-policy. Over a few thousand requests drawn from ``../shared/datasets/routing`` (English and
-Chinese) when present, else from built-in kiosk questions. Prints P50/P99 and writes
-``bench/results/route_overhead.json``.
+policy. Two kinds of traffic, each reported on its own:
+
+* ``kiosk``: kiosk-length requests (the single-turn rows of the kiosk data shipped in
+  ``models/intent/data``, English and Chinese, up to 600 characters). The classifier reads all of such
+  a request, so this is the fast path every kiosk question takes; its target is P99 <= 1 ms.
+* ``all``: the kiosk requests plus, when ``../shared/datasets/routing`` is present, its rows of up to
+  2,000 characters (pasted documents, code, exam questions); target P99 <= 5 ms.
+
+Prints P50/P99 per stage and kind and writes ``bench/results/route_overhead.json``.
 
     .venv/bin/python -m bench.route_overhead [--requests 3000]
 """
@@ -21,24 +27,30 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.edge_overhead import QUESTIONS, percentile
+from bench.edge_overhead import QUESTIONS
+from bench.percentile import percentile
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SHARED = Path(__file__).resolve().parent.parent.parent / "shared" / "datasets" / "routing"
+KIOSK_DATA = Path(__file__).resolve().parent.parent / "models" / "intent" / "data"
 
 
-def load_texts(limit: int, seed: int = 7) -> list[str]:
-    texts: list[str] = []
-    if SHARED.is_dir():
-        for path in sorted(SHARED.glob("*.jsonl")):
-            with path.open(encoding="utf-8") as fh:  # not splitlines(): texts may hold U+2028
-                rows = [json.loads(line) for line in fh if line.strip()]
-            for row in rows:
-                if "messages" not in row and len(row["text"]) < 2000:
-                    texts.append(row["text"])
-    texts = texts or list(QUESTIONS)
+def _texts(paths: list[Path], max_chars: int) -> list[str]:
+    out: list[str] = []
+    for path in paths:
+        with path.open(encoding="utf-8") as fh:  # not splitlines(): texts may hold U+2028
+            rows = [json.loads(line) for line in fh if line.strip()]
+        out += [row["text"] for row in rows if "messages" not in row and len(row["text"]) <= max_chars]
+    return out
+
+
+def load_texts(limit: int, seed: int = 7) -> list[tuple[str, str]]:
+    """``limit`` requests as (kind, text): about half kiosk-length, half long rows when the shared data is there."""
+    kiosk = _texts(sorted(KIOSK_DATA.glob("kiosk_*.jsonl")), 600) or list(QUESTIONS)
+    long = _texts(sorted(SHARED.glob("*.jsonl")), 2000) if SHARED.is_dir() else []
+    long = [t for t in long if len(t) > 600]
     rng = random.Random(seed)
-    return [rng.choice(texts) for _ in range(limit)]
+    return [("long", rng.choice(long)) if long and i % 2 else ("kiosk", rng.choice(kiosk)) for i in range(limit)]
 
 
 async def measure(n: int) -> dict:
@@ -55,8 +67,10 @@ async def measure(n: int) -> dict:
         pipeline, cache = services.pipeline, services.cache
         texts = load_texts(n)
         stages: dict[str, list[float]] = {"parse": [], "cache": [], "decide": [], "total": []}
+        kinds: list[str] = []
         routes: dict[str, int] = {}
-        for i, text in enumerate(texts):
+        for i, (kind, text) in enumerate(texts):
+            kinds.append(kind)
             body = {"model": "edgecloud-auto", "messages": [
                 {"role": "system", "content": "You are a mall kiosk."}, {"role": "user", "content": f"{text} #{i}"}]}
             t0 = time.perf_counter()
@@ -73,11 +87,18 @@ async def measure(n: int) -> dict:
                 stages[name].append(value * 1000.0)
             routes[decision.route] = routes.get(decision.route, 0) + 1
         await services.aclose()
-    out = {name: {"p50_ms": percentile(v, 0.5), "p99_ms": percentile(v, 0.99), "max_ms": max(v)}
-           for name, v in stages.items()}
-    return {"requests": n, "stages": out, "routes": routes,
+    def summary(select: str | None) -> dict:
+        out = {}
+        for name, values in stages.items():
+            v = [x for x, k in zip(values, kinds, strict=True) if select is None or k == select]
+            out[name] = {"n": len(v), "p50_ms": percentile(v, 50), "p99_ms": percentile(v, 99), "max_ms": max(v)}
+        return out
+
+    return {"requests": n, "stages": summary(None), "kiosk": summary("kiosk"), "routes": routes,
+            "targets": {"kiosk_total_p99_ms": 1.0, "all_total_p99_ms": 5.0},
             "classifier": type(services.classifier).__name__ if services.classifier else None,
-            "data": "shared/datasets/routing" if SHARED.is_dir() else "built-in kiosk questions"}
+            "data": "kiosk rows of models/intent/data" + (" + long rows of shared/datasets/routing"
+                                                          if SHARED.is_dir() else "")}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -90,8 +111,12 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2))
     print(f"{report['requests']} requests ({report['data']}), routes {report['routes']}")
-    for name, s in report["stages"].items():
-        print(f"  {name:8} p50 {s['p50_ms']:.3f} ms   p99 {s['p99_ms']:.3f} ms   max {s['max_ms']:.3f} ms")
+    for title, key in (("kiosk-length requests (fast path; target P99 <= 1 ms)", "kiosk"),
+                       ("all requests (target P99 <= 5 ms)", "stages")):
+        print(f" {title}:")
+        for name, s in report[key].items():
+            print(f"  {name:8} p50 {s['p50_ms']:.3f} ms   p99 {s['p99_ms']:.3f} ms   max {s['max_ms']:.3f} ms"
+                  f"   (n={s['n']})")
     print(f"wrote {args.out}")
     return 0
 

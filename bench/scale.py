@@ -37,9 +37,10 @@ import httpx
 from bench.fake_cloud import FakeCloudConfig
 from bench.kiosk import DEFAULT_OUT, command_line, machine_facts
 from bench.kiosk_cloud import start_cloud_process
-from bench.kiosk_gateway import DEFAULT_FAQ, GatewayOptions, free_port, render_toml
-from bench.kiosk_stats import percentiles
+from bench.kiosk_gateway import DEFAULT_FAQ, GatewayOptions
 from bench.kiosk_traffic import TrafficConfig, load_pools
+from bench.local_run import free_port, render_toml
+from bench.percentile import percentiles
 
 TARGETS = ("cache", "route")
 

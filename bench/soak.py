@@ -27,7 +27,6 @@ import os
 import random
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -41,48 +40,12 @@ from typing import Any
 import httpx
 import psutil
 
+from bench.local_run import free_port, render_toml
+
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
 # --------------------------------------------------------------------------- the gateway process
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    return json.dumps(str(value))  # a JSON string is a valid TOML basic string
-
-
-def to_toml(tree: dict[str, Any]) -> str:
-    """Just enough TOML for the gateway's config: sections of scalars and ``[[cloud.providers]]``."""
-    lines: list[str] = []
-    for section, values in tree.items():
-        if not isinstance(values, dict):
-            raise TypeError(f"[{section}] must be a table")
-        scalars = {k: v for k, v in values.items() if not (isinstance(v, list) and v and isinstance(v[0], dict))}
-        tables = {k: v for k, v in values.items() if k not in scalars}
-        nested = {k: v for k, v in scalars.items() if isinstance(v, dict)}
-        lines.append(f"[{section}]")
-        lines += [f"{k} = {_toml_value(v)}" for k, v in scalars.items() if k not in nested]
-        for key, sub in nested.items():
-            lines.append(f"[{section}.{key}]")
-            lines += [f"{json.dumps(str(k))} = {_toml_value(v)}" for k, v in sub.items()]
-        for key, items in tables.items():
-            for item in items:
-                lines.append(f"[[{section}.{key}]]")
-                lines += [f"{k} = {_toml_value(v)}" for k, v in item.items()]
-        lines.append("")
-    return "\n".join(lines)
 
 
 @dataclass
@@ -177,7 +140,7 @@ def start_gateway_process(
     data_dir = workdir / "data"
     tree = {"logging": {"json_logs": True, "level": "INFO"}, **(config or {})}
     config_path = workdir / "gateway.toml"
-    config_path.write_text(to_toml(tree), encoding="utf-8")
+    config_path.write_text(render_toml(tree), encoding="utf-8")
     child_env = {k: v for k, v in os.environ.items() if not k.startswith("EDGECLOUD_")}
     child_env.update(env or {})
     gw = _spawn(free_port(), data_dir, config_path, workdir / "gateway.log", child_env)

@@ -30,7 +30,8 @@ from cloud_bridge.config import CloudConfig, ProviderConfig
 from cloud_bridge.deadline import DeadlineExceeded, Watchdog
 from cloud_bridge.errors import BREAKER_KINDS, CloudError
 from cloud_bridge.events import ContentDelta, StreamDone
-from cloud_bridge.redact import RedactingFilter, Redactor, safe_url
+from cloud_bridge.percentile import nearest_rank
+from cloud_bridge.redact import RedactingFilter, Redactor, provider_secrets, safe_url
 from cloud_bridge.retry import RetryBudget, full_jitter_backoff
 from cloud_bridge.timings import CallTimings, DnsCache, PhaseTrace
 from cloud_bridge.upstream import ResponseReader
@@ -118,7 +119,7 @@ class CloudBridge:
             for p in config.providers
             if p.base_url
         ]
-        self._redact = Redactor(p.resolved_api_key() for p in config.providers)
+        self._redact = Redactor(s for p in config.providers for s in provider_secrets(p))
         self._log_filter = RedactingFilter(self._redact)
         self._ttfts: deque[float] = deque(maxlen=max(1, config.ttft_window))
         self._keep_warm_task: asyncio.Task[None] | None = None
@@ -188,11 +189,7 @@ class CloudBridge:
 
     def ttft_quantile_s(self, q: float = 0.95) -> float | None:
         """Live time-to-first-token quantile over recent successes (what the router hedges on)."""
-        if not self._ttfts:
-            return None
-        ordered = sorted(self._ttfts)
-        index = min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))
-        return ordered[index]
+        return nearest_rank(self._ttfts, q)
 
     def redact(self, text: str) -> str:
         """Mask every configured key (and key-looking strings) in ``text``."""
@@ -397,7 +394,7 @@ class CloudBridge:
         key = cfg.resolved_api_key()
         if key:
             self._redact.add(key)
-            headers["authorization"] = f"Bearer {key}"
+            headers.update(cfg.auth_headers())
         return headers
 
     def _fail(self, kind: str, message: str, **kwargs: Any) -> CloudError:
@@ -487,10 +484,7 @@ class CloudBridge:
         """GET /models: any answer (even 401/404) leaves a warm, pooled connection behind."""
         if prov.client is None or prov.models_url is None:
             return
-        headers = {"x-request-id": "edgecloud-keep-warm"}
-        key = prov.cfg.resolved_api_key()
-        if key:
-            headers["authorization"] = f"Bearer {key}"
+        headers = {"x-request-id": "edgecloud-keep-warm", **prov.cfg.auth_headers()}
         timeout = prov.cfg.connect_timeout_s
         try:
             with anyio.fail_after(timeout * 2):

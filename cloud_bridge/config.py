@@ -63,8 +63,20 @@ class ProviderConfig(BaseModel):
     # Ask for the final usage chunk (``stream_options.include_usage``); off for old servers that reject it.
     stream_usage: bool = True
     retry_statuses: list[int] = Field(default_factory=lambda: [429, 500, 502, 503, 504])
-    # Extra headers some gateways need (e.g. an organisation id). Never put the key here.
+    # Extra headers some gateways need (e.g. an organisation id). Never put the key here: use
+    # api_key_header. Their values are masked in --print-config and redacted from logs all the same.
     extra_headers: dict[str, str] = Field(default_factory=dict)
+    # The header that carries the key: "authorization" sends "Bearer <key>"; any other name sends the
+    # key as it is (Azure OpenAI: "api-key"; Anthropic-style gateways: "x-api-key").
+    api_key_header: str = Field(default="authorization", pattern=r"^[A-Za-z0-9-]{1,64}$")
+
+    def auth_headers(self) -> dict[str, str]:
+        """The header carrying the key, or nothing when no key is configured."""
+        key = self.resolved_api_key()
+        if not key:
+            return {}
+        name = self.api_key_header.lower()
+        return {name: f"Bearer {key}" if name == "authorization" else key}
 
     def resolved_api_key(self) -> str | None:
         """The key to send, looked up at call time so a rotated key file takes effect."""

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
 import statistics
 import sys
 import time
@@ -25,7 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 from cloud_bridge.config import CloudConfig, ProviderConfig
 from cloud_bridge.errors import CloudError
-from cloud_bridge.redact import Redactor, safe_url
+from cloud_bridge.percentile import nearest_rank
+from cloud_bridge.redact import Redactor, provider_secrets, safe_url
 
 if TYPE_CHECKING:  # the client (httpx, h2) is imported when the command runs, not when the CLI is built
     from cloud_bridge.client import CallRecord, CloudBridge, StreamDone
@@ -71,14 +71,6 @@ class ProviderReport:
     tokens_per_s: float | None = None
     error_messages: list[str] = field(default_factory=list)
     findings: list[str] = field(default_factory=list)
-
-
-def percentile(values: list[float], q: float) -> float | None:
-    """Nearest-rank percentile (q in 0..1); None for no data."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
 
 
 def _share(part: float | None, whole: float | None) -> float:
@@ -188,7 +180,7 @@ async def diagnose_provider(
     ttfts: list[float] = []
     rates: list[float] = []
     report = ProviderReport(name=prov.name, base_url=safe_url(prov.base_url), model=prov.model, samples=samples)
-    redact = Redactor([prov.resolved_api_key()])
+    redact = Redactor(provider_secrets(prov))
     errors: Counter[str] = Counter()
     bridge = CloudBridge(cloud, on_call=records.append)
     try:
@@ -227,10 +219,10 @@ async def diagnose_provider(
     for phase in PHASES:
         values = [v for d in durations if (v := d.get(phase)) is not None]
         report.phases[phase] = PhaseStat(
-            median_ms=statistics.median(values) if values else None, p99_ms=percentile(values, 0.99), n=len(values)
+            median_ms=statistics.median(values) if values else None, p99_ms=nearest_rank(values, 0.99), n=len(values)
         )
     report.ttft_p50_ms = statistics.median(ttfts) if ttfts else None
-    report.ttft_p99_ms = percentile(ttfts, 0.99)
+    report.ttft_p99_ms = nearest_rank(ttfts, 0.99)
     report.tokens_per_s = statistics.median(rates) if rates else None
     report.findings = findings(report)
     return report
@@ -292,7 +284,7 @@ def _command(args: argparse.Namespace) -> int:
         config, args.provider, args.samples, prompt=args.prompt, max_tokens=args.max_tokens,
         fresh_connections=args.fresh_connections, interval_s=args.interval,
     ))
-    redact = Redactor(p.resolved_api_key() for p in config.providers)
+    redact = Redactor(s for p in config.providers for s in provider_secrets(p))
     if args.json:
         payload = {"started_at": started, "samples": args.samples, "providers": [asdict(r) for r in reports]}
         print(redact(json.dumps(payload, indent=2)))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterable
+from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 _PATTERNS = (
@@ -39,6 +40,29 @@ class Redactor:
         return text
 
 
+_SECRET_PARAM = re.compile(r"(?i)key|token|secret|sig|pass|auth|credential|code")
+
+
+def url_secrets(url: str) -> list[str]:
+    """The secret parts of a URL: its password and its key-like query values (a user name is not one:
+    masking a common word like "kiosk" everywhere would garble logs)."""
+    try:
+        parts = urlsplit(url)
+        found = [parts.password or ""]
+        found += [v for k, v in parse_qsl(parts.query, keep_blank_values=True) if _SECRET_PARAM.search(k)]
+    except ValueError:
+        return []
+    return [s for s in found if s]
+
+
+def provider_secrets(cfg: Any) -> list[str]:
+    """Every secret a provider's config holds: its key, its extra headers' values, its URL's secrets."""
+    found = [cfg.resolved_api_key() or ""]
+    found += [str(v) for v in (cfg.extra_headers or {}).values()]
+    found += url_secrets(cfg.base_url or "")
+    return [s for s in found if s]
+
+
 def safe_url(url: str) -> str:
     """A URL fit for logs: no user:password, and the value of any key-like query parameter masked."""
     parts = urlsplit(url)
@@ -48,7 +72,7 @@ def safe_url(url: str) -> str:
     query = parts.query
     if query:
         pairs = [
-            (k, MASK if re.search(r"(?i)key|token|secret|sig", k) else v)
+            (k, MASK if _SECRET_PARAM.search(k) else v)
             for k, v in parse_qsl(query, keep_blank_values=True)
         ]
         query = urlencode(pairs, safe="*")

@@ -26,11 +26,13 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from . import __version__
+from .admin_auth import shows_admin_token
 from .config import ROUTE_NAMES, Settings
+from .disclosure import public_load_error
 from .errors import APIError, internal, invalid
 from .openai_format import DONE, ChunkWriter, completion_body
 from .pipeline import Answer
-from .schemas import parse_chat_request
+from .schemas import PART_TYPES, ROLES, parse_chat_request
 from .services import Services
 from .types import ChatRequest, Finish, TextDelta
 
@@ -50,12 +52,12 @@ CHAT_SCHEMA: dict[str, Any] = {
                 "type": "object",
                 "required": ["role"],
                 "properties": {
-                    "role": {"type": "string", "enum": ["system", "developer", "user", "assistant", "tool"]},
+                    "role": {"type": "string", "enum": sorted(ROLES)},
                     "content": {
                         "anyOf": [
                             {"type": "string"},
                             {"type": "array", "items": {"type": "object", "required": ["type"], "properties": {
-                                "type": {"type": "string", "enum": ["text", "image_url"]},
+                                "type": {"type": "string", "enum": sorted(PART_TYPES)},
                                 "text": {"type": "string"}}}},
                             {"type": "null"},
                         ]
@@ -249,19 +251,27 @@ def create_app(settings: Settings) -> FastAPI:
         finally:
             await services.aclose()
 
-    app = FastAPI(title="edgecloud gateway", version=__version__, lifespan=lifespan)
+    docs = settings.server.api_docs
+    app = FastAPI(title="edgecloud gateway", version=__version__, lifespan=lifespan,
+                  docs_url="/docs" if docs else None, redoc_url="/redoc" if docs else None,
+                  openapi_url="/openapi.json" if docs else None)
     app.state.settings = settings
     require_admin = require_admin_factory(app)
     app.state.require_admin = require_admin
 
-    from .limits import InFlightLimit
+    from .limits import BodyFirst, InFlightLimit
 
     app.add_middleware(InFlightLimit, limit=settings.server.limit_concurrency)
+    app.add_middleware(BodyFirst, max_bytes=settings.server.max_body_bytes)  # outside: no slot while a body arrives
     if settings.server.cors_origins:
         from fastapi.middleware.cors import CORSMiddleware
 
         app.add_middleware(CORSMiddleware, allow_origins=list(settings.server.cors_origins),
                            allow_methods=["GET", "POST"], allow_headers=["*"])
+    from .http_guard import HttpGuard, policy_for
+
+    server = settings.server  # outermost: refused before CORS or the in-flight count sees them
+    app.add_middleware(HttpGuard, policy=policy_for(server.host, server.allowed_hosts, server.cors_origins))
 
     @app.exception_handler(APIError)
     async def _api_error(request: Request, exc: APIError) -> JSONResponse:
@@ -302,7 +312,9 @@ def create_app(settings: Settings) -> FastAPI:
         if edge.ready:
             return JSONResponse({"status": "ready", "model": edge.model.name, "version": edge.model.version})
         status = "loading" if edge.loading or edge.load_error is None else "failed"
-        return JSONResponse({"status": status, "error": edge.load_error}, status_code=503)
+        admin = shows_admin_token(request.headers.get("authorization"), settings.server.admin_token)
+        error = edge.load_error if admin else public_load_error(edge.load_error)  # paths only for the admin
+        return JSONResponse({"status": status, "error": error}, status_code=503)
 
     @app.get("/v1/models", tags=["openai"])
     async def list_models() -> dict[str, Any]:
@@ -376,8 +388,10 @@ def create_app(settings: Settings) -> FastAPI:
         cache = services.cache
         if cache is not None:
             policy = cache.policy(req)
-            hit = cache.lookup(req, policy) if policy.read else None
-            out["cache"] = {"read": policy.read, "write": policy.write, "hit": hit is not None,
+            # Whether a question is cached tells what others asked: the admin token's to know.
+            hit = cache.lookup(req, policy) if policy.read and req.cache_admin else None
+            out["cache"] = {"read": policy.read, "write": policy.write,
+                            "hit": hit is not None if req.cache_admin else None,
                             "reason": hit.reason if hit else policy.reason}
             if hit is not None:
                 out["route"], out["reason"] = "cache", "faq" if hit.reason == "faq" else f"cache:{hit.reason}"

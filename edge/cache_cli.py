@@ -2,8 +2,10 @@
 
 The CLI talks to the gateway's admin API instead of opening the cache directory itself: the
 running server holds the counters, the semantic index and the FAQ entries in memory, and a
-second writer bypassing it would leave those stale. The admin token comes from ``--token`` or
-``EDGECLOUD_SERVER_ADMIN_TOKEN`` and is sent only as a bearer header, never printed.
+second writer bypassing it would leave those stale. The admin token comes from
+``EDGECLOUD_SERVER_ADMIN_TOKEN`` or ``--token-file`` (``-``: standard input) and is sent only as a
+bearer header, never printed. It is never taken as a command-line value: every local user can read a
+process's arguments (``ps``, ``/proc/PID/cmdline``).
 """
 
 from __future__ import annotations
@@ -23,7 +25,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("cache", help="answer cache of a running gateway: stats, purge, load-faq")
     p.add_argument("--url", default=os.environ.get("EDGECLOUD_URL", DEFAULT_URL),
                    help=f"the gateway (default {DEFAULT_URL}, or EDGECLOUD_URL)")
-    p.add_argument("--token", default=None, help=f"admin token (default: ${TOKEN_ENV})")
+    p.add_argument("--token-file", type=Path, default=None,
+                   help=f"file holding the admin token, '-' for standard input (default: ${TOKEN_ENV})")
+    # Refused with a clear error rather than unknown: old scripts learn why.
+    p.add_argument("--token", default=None, help=argparse.SUPPRESS)
     p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the gateway")
     sub = p.add_subparsers(dest="cache_command", metavar="ACTION")
     sub.required = True
@@ -40,6 +45,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     load.add_argument("--server-path", action="store_true",
                       help="send the path for the gateway to read instead of uploading the file")
     load.set_defaults(func=run)
+
+
+def read_token(path: Path) -> str:
+    """The token in ``path`` (``-``: standard input), surrounding whitespace removed."""
+    text = sys.stdin.read() if str(path) == "-" else path.read_text(encoding="utf-8")
+    return text.strip()
 
 
 def _request(args: argparse.Namespace) -> tuple[str, str, dict[str, Any]]:
@@ -62,9 +73,17 @@ def _request(args: argparse.Namespace) -> tuple[str, str, dict[str, Any]]:
 def run(args: argparse.Namespace) -> int:
     import httpx
 
-    token = args.token or os.environ.get(TOKEN_ENV)
+    if args.token is not None:
+        print(f"error: --token would show the admin token to every local user (ps); set {TOKEN_ENV} "
+              "or use --token-file", file=sys.stderr)
+        return 2
+    try:
+        token = read_token(args.token_file) if args.token_file else os.environ.get(TOKEN_ENV)
+    except OSError as exc:
+        print(f"error: cannot read the token file {args.token_file}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
     if not token:
-        print(f"error: an admin token is needed (--token or {TOKEN_ENV})", file=sys.stderr)
+        print(f"error: an admin token is needed ({TOKEN_ENV} or --token-file)", file=sys.stderr)
         return 2
     try:
         method, path, kwargs = _request(args)

@@ -11,6 +11,8 @@ import argparse
 import importlib
 import sys
 
+from models.extras import MISSING_EXTRA_STATUS, MissingExtra, extra_providing, missing_extra_message, require_extra
+
 # command -> module with ``register(subparsers)``; one module may register several commands.
 COMMAND_MODULES: tuple[str, ...] = (
     "edge.serve_cli",          # serve
@@ -40,10 +42,35 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _command_name(args: argparse.Namespace) -> str:
+    words = ["edgecloud", args.command]
+    for key in ("sla_command", "cache_command", "models_command", "fleet_command", "bench_command"):
+        value = getattr(args, key, None)
+        if isinstance(value, str):
+            words.append(value)
+    return " ".join(words)
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; a missing optional extra ends in one line naming it (status 2), not a traceback."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    result = args.func(args)
+    what = _command_name(args)
+    try:
+        extra = getattr(args, "needs_extra", None)
+        if extra:
+            require_extra(extra, what)
+        result = args.func(args)
+    except MissingExtra as exc:
+        sys.stderr.write(f"error: {exc.message}\n")
+        return exc.code if isinstance(exc.code, int) else MISSING_EXTRA_STATUS
+    except ModuleNotFoundError as exc:
+        extra = extra_providing(exc.name)
+        if extra is None:
+            raise
+        top = str(exc.name).split(".", 1)[0]
+        sys.stderr.write(f"error: {missing_extra_message(extra, [top], what)}\n")
+        return MISSING_EXTRA_STATUS
     return int(result or 0)
 
 

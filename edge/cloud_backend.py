@@ -8,30 +8,39 @@ upstream is a 502/503/504, never a 500 with a traceback).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from cloud_bridge import CloudBridge, CloudError, ContentDelta, StreamDone
 from cloud_bridge.config import CloudConfig
+from cloud_bridge.errors import CloudErrorKind
 
+from .disclosure import public_cloud_message
 from .errors import APIError
 from .types import ChatRequest, Finish, TextDelta, Usage
 
-_STATUS = {
-    "rate_limited": (429, "rate_limit_exceeded"),
-    "breaker_open": (503, "cloud_unavailable"),
-    "no_provider": (503, "cloud_unconfigured"),
-    "connect": (502, "cloud_connect_error"),
-    "timeout_connect": (504, "cloud_timeout"),
-    "timeout_ttft": (504, "cloud_timeout"),
-    "timeout_gap": (504, "cloud_timeout"),
-    "timeout_total": (504, "cloud_timeout"),
-    "server_error": (502, "cloud_server_error"),
-    "bad_response": (502, "cloud_bad_response"),
-    "upstream_error": (502, "cloud_upstream_error"),
-    "too_large": (502, "cloud_response_too_large"),
-    "auth": (502, "cloud_auth_error"),
+log = logging.getLogger("edgecloud.cloud")
+
+K = CloudErrorKind
+# Every kind a status and an OpenAI error code; a test holds this to the enum, so a new kind
+# cannot fall through to a generic 502 unnoticed.
+_STATUS: dict[CloudErrorKind, tuple[int, str]] = {
+    K.RATE_LIMITED: (429, "rate_limit_exceeded"),
+    K.BREAKER_OPEN: (503, "cloud_unavailable"),
+    K.NO_PROVIDER: (503, "cloud_unconfigured"),
+    K.CONNECT: (502, "cloud_connect_error"),
+    K.TIMEOUT_CONNECT: (504, "cloud_timeout"),
+    K.TIMEOUT_TTFT: (504, "cloud_timeout"),
+    K.TIMEOUT_GAP: (504, "cloud_timeout"),
+    K.TIMEOUT_TOTAL: (504, "cloud_timeout"),
+    K.SERVER_ERROR: (502, "cloud_server_error"),
+    K.BAD_RESPONSE: (502, "cloud_bad_response"),
+    K.UPSTREAM_ERROR: (502, "cloud_upstream_error"),
+    K.TOO_LARGE: (502, "cloud_response_too_large"),
+    K.AUTH: (502, "cloud_auth_error"),
 }
+del K
 
 
 def cloud_error_to_api(exc: CloudError) -> APIError:
@@ -40,7 +49,10 @@ def cloud_error_to_api(exc: CloudError) -> APIError:
     if status in (429, 503) and exc.retry_after_s:
         headers["Retry-After"] = str(max(1, round(exc.retry_after_s)))
     provider = f" ({exc.provider})" if exc.provider else ""
-    return APIError(status, f"Cloud backend failed{provider}: {exc.message}", "server_error", None, code, headers)
+    # The bridge's own message names the upstream's host: logged, not shown (edge/disclosure.py).
+    log.warning("cloud call failed (%s): %s", exc.kind, exc.message)
+    message = f"Cloud backend failed{provider}: {public_cloud_message(exc)}"
+    return APIError(status, message, "server_error", None, code, headers)
 
 
 def request_body(req: ChatRequest) -> dict[str, Any]:

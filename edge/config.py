@@ -39,7 +39,13 @@ class ServerConfig(BaseModel):
     data_dir: Path = Field(default_factory=default_data_dir)
     max_body_bytes: int = 1024 * 1024
     admin_token: SecretStr | None = None
+    # Web origins (the kiosk web app's) admitted to every endpoint and given CORS; empty: none.
     cors_origins: list[str] = Field(default_factory=list)
+    # Host names answered besides 127.0.0.1, localhost, [::1] and the bound address ("*": any);
+    # anything else is refused, as a DNS-rebinding page would send it (edge/http_guard.py).
+    allowed_hosts: list[str] = Field(default_factory=list)
+    # /docs, /redoc and /openapi.json: off unless asked for (they map the whole API for a visitor).
+    api_docs: bool = False
     # uvicorn/h11 limits, set deliberately (see SECURITY.md).
     limit_concurrency: int = 256  # requests in flight (the app counts them, not uvicorn's connections)
     header_timeout_s: float = 5.0  # a connection must finish a request's headers within this
@@ -101,7 +107,8 @@ class EdgeModelConfig(BaseModel):
 class RouterConfig(BaseModel):
     allow_override: bool = True
     intent_model_dir: Path | None = None  # None: the classifier shipped in the package
-    # None: the threshold in the classifier's card (chosen at training for >= 98% complex recall).
+    # None: the threshold in the classifier's card (chosen at training on a dev split: complex recall >= 0.99,
+    # then the fewest simple requests sent to the cloud).
     confidence_threshold: float | None = None
     max_prompt_share: float = 0.30
     scenario: Literal["realtime", "generation", "batch"] = "realtime"
@@ -116,6 +123,16 @@ class CacheConfig(BaseModel):
     directory: Path | None = None  # None: <data_dir>/cache
     size_limit_bytes: int = 256 * 1024 * 1024
     default_ttl_s: float = 24 * 3600.0
+    # The longest any answer is kept, whatever a client's cache-control max-age asks (edge/cache/policy.py).
+    max_ttl_s: float = 24 * 3600.0
+    # May a client's "cache-control: no-cache" / "x-edgecloud-cache: refresh" overwrite the shared
+    # answer? Off: it answers fresh but stores nothing (the admin token still may).
+    allow_client_refresh: bool = False
+    # Questions longer than this are neither looked up nor stored: normalising a key costs ~1 us a
+    # character on the event loop (edge/cache/keys.py), and a kiosk question is a line or two.
+    max_question_chars: int = 2048
+    # System prompts longer than this skip the cache too (they are hashed, not normalised, past 4096).
+    max_system_prompt_chars: int = 65536
     knowledge_version: str = "1"
     max_cacheable_temperature: float = 0.3
     allow_high_temperature: bool = False
@@ -154,6 +171,10 @@ class FleetConfig(BaseModel):
     check_interval_s: float = 3600.0
     check_jitter_s: float = 600.0
     keep_versions: int = 2
+    # Every download has a deadline and a minimum rate, so a mirror that drips bytes cannot hold the
+    # update lock forever (models/fleet/transport.py).
+    download_deadline_s: float = 6 * 3600.0
+    download_min_rate_bps: float = 4096.0
 
 
 class LoggingConfig(BaseModel):
@@ -184,8 +205,11 @@ class Settings(BaseModel):
         return target if target in ROUTE_NAMES else None
 
     def masked(self) -> dict[str, Any]:
-        """The settings as plain data with every secret replaced by ``**********``."""
-        return json.loads(self.model_dump_json())  # SecretStr dumps as '**********'
+        """The settings as plain data with every secret replaced by ``**********``: secret fields,
+        passwords and key parameters in URLs, extra header values (edge/secret_masking.py)."""
+        from .secret_masking import configured_secrets, mask_tree
+
+        return mask_tree(json.loads(self.model_dump_json()), configured_secrets(self))
 
 
 _SECTION_FIELDS = {name: field.annotation for name, field in Settings.model_fields.items()}

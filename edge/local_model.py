@@ -44,7 +44,9 @@ from typing import Any
 
 from . import llama_lowlevel, zero_pages
 from .batch_runner import BatchEngine, ComputeThread, Sampling, SeqJob, Stats, StopScanner
+from .chat_tokens import tokenize_chat
 from .config import EdgeModelConfig
+from .disclosure import public_load_error
 from .errors import APIError, overloaded, unavailable
 from .types import ChatRequest, Finish, TextDelta, Usage
 
@@ -219,7 +221,9 @@ class LocalModel:
                 verbose=False,
             )
         # Before the context's first decode (edge/zero_pages.py): the KV cache's zeros go back to the kernel.
-        kv_released = zero_pages.release_new_zero_runs(before)
+        # Only the KV cache's own buffer (every slot's cells), found by its size: other threads allocate meanwhile.
+        kv_bytes = zero_pages.expected_kv_bytes(llama, cfg.kv_cache_type_k or cfg.kv_cache_type, cfg.kv_cache_type)
+        kv_released = zero_pages.release_new_zero_runs(before, expected_bytes=kv_bytes) if kv_bytes else 0
         meta = llama.metadata
         template = meta.get("tokenizer.chat_template")
         if cfg.chat_format or not template:
@@ -385,8 +389,8 @@ class LocalModel:
 
     @staticmethod
     def _prompt_tokens(model: LoadedModel, messages: list[dict[str, str]]) -> list[int]:
-        prompt = model.formatter(messages=messages).prompt
-        return model.llama.tokenize(prompt.encode("utf-8"), add_bos=False, special=True)
+        # Message contents as plain text: a typed "<|im_end|>" must not open a turn (edge/chat_tokens.py).
+        return tokenize_chat(model.llama, messages, model.formatter)
 
     # ----- generation --------------------------------------------------------------------------
     async def generate(self, req: ChatRequest) -> AsyncIterator[TextDelta | Finish]:
@@ -394,7 +398,9 @@ class LocalModel:
         model = self.model
         if model is None:
             raise unavailable(
-                "The on-device model is not loaded" + (f": {self.load_error}" if self.load_error else "."),
+                # The error's kind only: its detail (file paths) is for the log (edge/disclosure.py).
+                "The on-device model is not loaded" + (f": {public_load_error(self.load_error)}"
+                                                       if self.load_error else "."),
                 "edge_unavailable",
             )
         if model.engine is not None:

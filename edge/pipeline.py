@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .backends import AnswerCacheStore, CloudRouteBackend, EdgeBackend, GeneratingBackend
 from .errors import APIError, internal
 from .records import RequestRecord
 from .router import Decision, LiveState, Router
@@ -94,14 +95,18 @@ class Answer:
 
 
 class Pipeline:
-    """Holds the parts (set in the app's lifespan) and runs requests through them."""
+    """Holds the parts (set in the app's lifespan) and runs requests through them.
+
+    The parts are typed by the protocols in ``edge.backends``: any edge model, cloud client or cache
+    that meets them can stand in (the tests script fakes that way).
+    """
 
     def __init__(
         self,
         router: Router,
-        edge: Any,
-        cloud: Any | None = None,
-        cache: Any | None = None,
+        edge: EdgeBackend,
+        cloud: CloudRouteBackend | None = None,
+        cache: AnswerCacheStore | None = None,
         observe: Callable[[RequestRecord], None] | None = None,
         log_prompts: bool = False,
     ) -> None:
@@ -271,7 +276,7 @@ class Pipeline:
             return d.edge_ok and self.edge.ready
         return bool(d.cloud_ok and self.cloud and self.cloud.enabled and self.cloud.available())
 
-    def _backend(self, name: str) -> Any:
+    def _backend(self, name: str) -> GeneratingBackend:
         if name == "edge":
             return self.edge
         if self.cloud is None or not self.cloud.enabled:
@@ -280,7 +285,7 @@ class Pipeline:
         return self.cloud
 
     @staticmethod
-    async def _first(backend: Any, req: ChatRequest) -> tuple[TextDelta | Finish, Events]:
+    async def _first(backend: GeneratingBackend, req: ChatRequest) -> tuple[TextDelta | Finish, Events]:
         gen = backend.generate(req)
         try:
             first = await gen.__anext__()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -42,6 +43,9 @@ def run(args: argparse.Namespace) -> int:
     if args.url:
         import httpx
 
+        token = os.environ.get("EDGECLOUD_SERVER_ADMIN_TOKEN")
+        if token:  # the admin token shows whether the answer is cached (edge/disclosure.py)
+            headers["authorization"] = f"Bearer {token}"
         r = httpx.post(args.url.rstrip("/") + "/v1/route", json=body, headers=headers, timeout=10)
         out = r.json()
         if r.status_code >= 400:

@@ -73,6 +73,9 @@ class Decision:
     confidence: float | None = None
     prompt_tokens: int = 0
     classifier_ms: float | None = None
+    # The confidence a simple label needs to stay on the edge, and where that number comes from.
+    threshold: float | None = None
+    threshold_source: str | None = None
     edge_ok: bool = True  # the edge may answer it (as a fall-back or hedge)
     cloud_ok: bool = True  # the cloud may answer it
     hedge: bool = False
@@ -89,20 +92,39 @@ class Decision:
         return data
 
 
+def _card_threshold_source(classifier: Classifier | None) -> str:
+    """How the classifier's card says its threshold was chosen (read once: the card is copied on access)."""
+    if classifier is None:
+        return "default"
+    card = getattr(classifier, "card", None)
+    th = card.get("thresholds", {}) if isinstance(card, dict) else {}
+    if th.get("chosen_on"):
+        return f"model card {getattr(classifier, 'version', '')}: chosen on {th['chosen_on']}; {th.get('objective')}"
+    return "model card"
+
+
 class Router:
     def __init__(self, config: RouterConfig, classifier: Classifier | None = None) -> None:
         self.config = config
         self.classifier = classifier
+        self._card_source = _card_threshold_source(classifier)
 
     def set_classifier(self, classifier: Classifier | None) -> None:
         """Hot-swap the classifier (a model bundle update); in-flight decisions keep the old one."""
         self.classifier = classifier
+        self._card_source = _card_threshold_source(classifier)
 
     def threshold(self) -> float:
         """The operator's threshold, else the one the classifier was trained with, else 0.8."""
         if self.config.confidence_threshold is not None:
             return self.config.confidence_threshold
         return float(getattr(self.classifier, "confidence_threshold", 0.8) or 0.8)
+
+    def threshold_source(self) -> str:
+        """Where ``threshold()`` comes from, for the decision's explanation."""
+        if self.config.confidence_threshold is not None:
+            return "operator: [router] confidence_threshold"
+        return self._card_source
 
     def scenario_for(self, req: ChatRequest) -> Profile:
         name = (req.scenario_header or self.config.scenario).strip().lower()
@@ -165,7 +187,9 @@ class Router:
             if d.label != "simple":
                 d.edge_ok = False
                 return self._to_cloud(d, tag, live, allow_degraded=False)
-            borderline = d.confidence < self.threshold() + profile.threshold_shift
+            d.threshold = round(self.threshold() + profile.threshold_shift, 4)
+            d.threshold_source = self.threshold_source()
+            borderline = d.confidence < d.threshold
             d.reason = tag
         else:
             # Difficulty unknown (the classifier failed to load): treat it as borderline, so a hard
@@ -179,7 +203,7 @@ class Router:
             rules.append(f"scenario:{profile.name}:long-answer")
             return self._to_cloud(d, f"scenario:{profile.name}:long-answer", live, allow_degraded=True)
         if borderline:
-            rules.append("low-confidence")
+            rules.append("low-confidence" if d.threshold is None else f"low-confidence:<{d.threshold:.2f}")
             d = self._to_cloud(d, f"{d.reason}:low-confidence", live, allow_degraded=True)
             if d.route == "cloud" and profile.hedge and self.config.hedge and live.edge_ready:
                 d.hedge = True

@@ -9,11 +9,15 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .admin_auth import shows_admin_token
 from .config import Settings
 from .errors import APIError, invalid, model_not_found
 from .types import ChatRequest, Message
 
+# The accepted values, in one place: the OpenAPI schema in ``edge.app`` lists these same sets.
 ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
+NON_TEXT_PARTS = {"image_url", "input_image", "input_audio", "file"}  # accepted, routed to the cloud
+PART_TYPES = {"text"} | NON_TEXT_PARTS
 
 
 def _number(body: dict[str, Any], name: str, lo: float, hi: float, default: float) -> float:
@@ -45,11 +49,11 @@ def _content_text(content: Any, where: str, req: ChatRequest) -> str:
             if not isinstance(text, str):
                 raise invalid(f"'{at}.text' must be a string.", f"{at}.text", "invalid_type")
             texts.append(text)
-        elif kind in ("image_url", "input_image", "input_audio", "file"):
+        elif kind in NON_TEXT_PARTS:
             req.has_images = True
             req.extra.setdefault("non_text_params", []).append(f"{at}.type")
         else:
-            raise invalid(f"'{at}.type' must be 'text' or 'image_url', got {kind!r}.", f"{at}.type")
+            raise invalid(f"'{at}.type' must be one of {', '.join(sorted(PART_TYPES))}; got {kind!r}.", f"{at}.type")
     return "".join(texts)
 
 
@@ -79,7 +83,7 @@ def parse_chat_request(body: Any, settings: Settings, headers: dict[str, str] | 
         role = raw.get("role")
         if role not in ROLES:
             raise invalid(
-                f"'{at}.role' must be one of system, developer, user, assistant, tool; got {role!r}.",
+                f"'{at}.role' must be one of {', '.join(sorted(ROLES))}; got {role!r}.",
                 f"{at}.role",
             )
         if role in ("tool", "function") or raw.get("tool_calls") or raw.get("function_call"):
@@ -160,6 +164,7 @@ def parse_chat_request(body: Any, settings: Settings, headers: dict[str, str] | 
         req.scenario_header = headers.get("x-edgecloud-scenario")
         req.cache_control = headers.get("cache-control")
         req.cache_header = headers.get("x-edgecloud-cache")
+        req.cache_admin = shows_admin_token(headers.get("authorization"), settings.server.admin_token)
     return req
 
 

@@ -7,6 +7,7 @@ import json
 import logging
 import sys
 from pathlib import Path
+from typing import Any
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -33,6 +34,17 @@ def configure_logging(level: str, json_logs: bool) -> None:
     root.setLevel(level.upper())
 
 
+def _warn_missing_semantic(settings: Any) -> None:
+    """Semantic matching asked for but its extra absent: one line, then exact matching serves on."""
+    from models.extras import missing_extra_message, missing_modules
+
+    cache = settings.cache
+    missing = missing_modules("semantic") if cache.enabled and cache.semantic else []
+    if missing:
+        message = missing_extra_message("semantic", missing, "cache.semantic = true")
+        sys.stderr.write(f"warning: {message}; exact matching only\n")
+
+
 def run(args: argparse.Namespace) -> int:
     from .config import load_settings
 
@@ -43,10 +55,14 @@ def run(args: argparse.Namespace) -> int:
         "edge.model_path": str(args.model) if args.model else None,
     }
     settings = load_settings(args.config, flags)
+    _warn_missing_semantic(settings)
     if args.print_config:
         print(json.dumps(settings.masked(), indent=2, ensure_ascii=False))
         return 0
     configure_logging(settings.logging.level, settings.logging.json_logs)
+    from .secret_masking import install_log_redaction
+
+    install_log_redaction(settings)  # every configured secret, in every log line
 
     import uvicorn
 

@@ -133,6 +133,7 @@ class Services:
     def _init_agent(self) -> None:
         fleet = self.settings.fleet
         from models.fleet.agent import UpdateAgent
+        from models.fleet.transport import DownloadLimits
 
         self.agent = UpdateAgent(
             data_dir=self.data_dir,
@@ -144,6 +145,8 @@ class Services:
             check_interval_s=fleet.check_interval_s,
             check_jitter_s=fleet.check_jitter_s,
             metrics_registry=self.obs.registry if self.obs is not None else None,
+            download_limits=DownloadLimits(deadline_s=fleet.download_deadline_s,
+                                           min_rate_bps=fleet.download_min_rate_bps),
         )
         self._tasks.append(asyncio.create_task(self.agent.run_forever()))
 

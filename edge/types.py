@@ -41,6 +41,7 @@ class ChatRequest:
     scenario_header: str | None = None
     cache_control: str | None = None
     cache_header: str | None = None
+    cache_admin: bool = False  # the request showed the admin token (may refresh shared cache entries)
     extra: dict[str, Any] = field(default_factory=dict)
     received_at: float = field(default_factory=time.perf_counter)
 

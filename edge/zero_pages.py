@@ -10,10 +10,13 @@ fill, and a context that fills every cell costs what it did before. Measured wit
 ``bench/edge_overhead.py`` (README): the gateway's resident memory at ready fell by about 36 MB.
 
 What makes it safe:
-- Only private anonymous mappings that appeared while the context was created (a snapshot before it,
-  compared after), only pages that are resident and entirely zero, and only runs of at least
-  ``min_run`` bytes (4 MiB): a cleared buffer, not a page of some other allocation that happens to be
-  zero for a moment.
+- Only the KV cache's own buffer. Other threads allocate while a context is created (the intent
+  classifier loads beside the model; a hot swap loads while generation runs), and a write of theirs
+  landing between the zero check and ``madvise`` would be lost. So the release takes only a run of
+  resident, entirely zero pages, in a private anonymous mapping that appeared while the context was
+  created (a snapshot before it, compared after), whose length is the KV cache's size as computed from
+  the model's shape and the cache types (``expected_kv_bytes``, within ``KV_SLACK``). No other buffer
+  has that size; where no run matches, nothing is released.
 - It runs before the context's first decode, when nothing else has the buffer's address.
 - Linux and CPU-only llama.cpp builds only (the runner checks; a GPU backend's pinned host buffers
   belong to the driver), and any failure leaves memory as it was: the result is then 0.
@@ -34,6 +37,34 @@ _MADV_DONTNEED = 4
 _ZERO_PAGE = bytes(PAGE)
 
 Mapping = tuple[int, int]
+
+
+# bytes per element of the KV cache types (q8_0: 34-byte blocks of 32; q4_0: 18-byte blocks of 32)
+_TYPE_BYTES = {"f16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32}
+KV_SLACK = 64 * 1024
+
+
+def expected_kv_bytes(llama: object, type_k: str, type_v: str) -> int | None:
+    """The size of a llama.cpp context's KV cache buffer, from the model's shape and the cache types.
+
+    Keys and values of every layer: ``n_ctx * n_embd_{k,v}_gqa * bytes per element``, where
+    ``n_embd_k_gqa = head_count_kv * key_length``. None when the GGUF does not say enough (then nothing
+    is released). Models with sliding-window or recurrent layers have other caches and do not match.
+    """
+    try:
+        meta = llama.metadata  # type: ignore[attr-defined]
+        arch = meta["general.architecture"]
+        layers = int(meta[f"{arch}.block_count"])
+        heads = int(meta[f"{arch}.attention.head_count"])
+        heads_kv = int(meta.get(f"{arch}.attention.head_count_kv", heads))
+        embd = int(meta[f"{arch}.embedding_length"])
+        key_len = int(meta.get(f"{arch}.attention.key_length", embd // heads))
+        value_len = int(meta.get(f"{arch}.attention.value_length", embd // heads))
+        n_ctx = int(llama.n_ctx())  # type: ignore[attr-defined]
+    except (KeyError, ValueError, TypeError, AttributeError, ZeroDivisionError):
+        return None
+    per_cell = heads_kv * (key_len * _TYPE_BYTES[type_k] + value_len * _TYPE_BYTES[type_v])
+    return int(n_ctx * layers * per_cell)
 
 
 def supported() -> bool:
@@ -101,8 +132,22 @@ def zero_runs(low: int, high: int, min_run: int = MIN_RUN, libc: ctypes.CDLL | N
     return runs
 
 
-def release_new_zero_runs(before: set[Mapping] | None, min_run: int = MIN_RUN) -> int:
-    """Drop the zero runs of the anonymous mappings that are new since ``before``; bytes released.
+def fits(run_bytes: int, expected_bytes: int | None) -> bool:
+    """Is a zero run the buffer of ``expected_bytes``? (None: any run; tests of the mechanism only.)
+
+    The run may miss the buffer's first page (the allocator's header shares it) and include the zero
+    tail of its last one, and ggml pads every tensor to its alignment: a few pages either way.
+    """
+    if expected_bytes is None:
+        return True
+    slack = KV_SLACK + expected_bytes // 100
+    return expected_bytes - slack <= run_bytes <= expected_bytes + slack
+
+
+def release_new_zero_runs(before: set[Mapping] | None, min_run: int = MIN_RUN,
+                          expected_bytes: int | None = None) -> int:
+    """Drop the zero runs of the anonymous mappings new since ``before`` that are ``expected_bytes``
+    long (the KV cache's size, ``expected_kv_bytes``); bytes released.
 
     Call it on the thread that just created the context, before that context's first decode.
     ``before`` None (no snapshot could be taken) releases nothing.
@@ -114,6 +159,8 @@ def release_new_zero_runs(before: set[Mapping] | None, min_run: int = MIN_RUN) -
         released = 0
         for low, high in sorted(anonymous_mappings() - before):
             for start, end in zero_runs(low, high, min_run, libc):
+                if not fits(end - start, expected_bytes):
+                    continue  # some other buffer: another thread may be writing it right now
                 if libc.madvise(start, end - start, _MADV_DONTNEED) == 0:
                     released += end - start
         return released
@@ -122,4 +169,5 @@ def release_new_zero_runs(before: set[Mapping] | None, min_run: int = MIN_RUN) -
         return 0
 
 
-__all__ = ["MIN_RUN", "PAGE", "anonymous_mappings", "release_new_zero_runs", "snapshot", "supported", "zero_runs"]
+__all__ = ["KV_SLACK", "MIN_RUN", "PAGE", "anonymous_mappings", "expected_kv_bytes", "fits", "release_new_zero_runs",
+           "snapshot", "supported", "zero_runs"]

@@ -37,6 +37,7 @@ OPT_MODEL_URL=""
 OPT_MODEL_SHA256=""
 OPT_BUNDLE=""
 OPT_TRUSTED_ROOT=""
+OPT_TRUST_BUNDLE_ROOT=0
 OPT_POWER_MODE=MAXN
 OPT_NO_SWAP=0
 OPT_NO_ZRAM=0
@@ -64,7 +65,9 @@ systemd service, and a closing health report.
   --model-sha256 HEX      expected sha256 of --model-url
   --bundle DIR|URL        install the model through the signed-bundle path
                           (edgecloud models update); DIR = a published TUF repository
-  --trusted-root FILE     TUF root for --bundle (default DIR/metadata/1.root.json)
+  --trusted-root FILE     TUF root for --bundle: one that came with the device, not with the bundle
+  --trust-bundle-root     trust on first use: take the root found inside the --bundle DIR itself
+                          (only for media you made and carried yourself)
   --power-mode MODE       nvpmodel mode name or id (default MAXN; MAXN_SUPER where present)
   --no-swap               do not create a swap file
   --no-zram               turn JetPack's zram swap off (nvzramconfig.service)
@@ -94,6 +97,7 @@ parse_args() {
       --model-sha256) need_arg "$@"; OPT_MODEL_SHA256=$2; shift ;;
       --bundle) need_arg "$@"; OPT_BUNDLE=$2; shift ;;
       --trusted-root) need_arg "$@"; OPT_TRUSTED_ROOT=$2; shift ;;
+      --trust-bundle-root) OPT_TRUST_BUNDLE_ROOT=1 ;;
       --power-mode) need_arg "$@"; OPT_POWER_MODE=$2; shift ;;
       --no-swap) OPT_NO_SWAP=1 ;;
       --no-zram) OPT_NO_ZRAM=1 ;;
@@ -115,6 +119,10 @@ parse_args() {
   [[ "$PREFIX" == /* ]] || die "--prefix must be an absolute path" 2
   if [ -n "$OPT_MODEL_URL" ] && [ -n "$OPT_BUNDLE" ]; then die "--model-url and --bundle exclude each other" 2; fi
   if [ -n "$OPT_MODEL_SHA256" ] && [ -z "$OPT_MODEL_URL" ]; then die "--model-sha256 goes with --model-url" 2; fi
+  if [ -n "$OPT_BUNDLE" ] && [ -z "$OPT_TRUSTED_ROOT" ]; then
+    [ -d "$OPT_BUNDLE" ] || die "--bundle URL needs --trusted-root ROOT_JSON (a root that came with the device, not from the network)" 2
+    [ "$OPT_TRUST_BUNDLE_ROOT" = 1 ] || die "--bundle DIR needs --trusted-root ROOT_JSON (a root that came with the device), or --trust-bundle-root to trust the root inside DIR on first use" 2
+  fi
   if [ -n "$OPT_N_CTX" ] && ! [[ "$OPT_N_CTX" =~ ^[0-9]+$ ]]; then die "--n-ctx must be a number" 2; fi
   if [ -n "$OPT_PORT" ] && ! [[ "$OPT_PORT" =~ ^[0-9]+$ ]]; then die "--port must be a number" 2; fi
 }

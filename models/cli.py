@@ -23,7 +23,8 @@ def _train_intent(args: argparse.Namespace) -> int:
 
     config = TrainConfig(seed=args.seed, source_holdout=not args.no_source_holdout)
     try:
-        train_intent(args.data, args.out, tc=config)
+        train_intent(args.data, args.out, tc=config, threshold_data=args.threshold_data or (),
+                     exclude_data=args.exclude_data or ())
     except (FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -35,7 +36,7 @@ def _eval_intent(args: argparse.Namespace) -> int:
 
     providers = [args.provider] if args.provider else None
     try:
-        report = evaluate(args.data, model_dir=args.model, split=args.split, providers=providers)
+        report = evaluate(args.data, model_dir=args.model, split=args.split, providers=providers, url=args.url)
     except (FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -56,9 +57,16 @@ def _register_intent(msub: argparse._SubParsersAction) -> None:
                        help="JSONL files or directories (directories skip *_test.jsonl)")
     train.add_argument("--out", required=True, metavar="DIR", help="output directory")
     train.add_argument("--seed", type=int, default=13, metavar="N", help="random seed (default 13)")
+    train.add_argument("--threshold-data", nargs="+", default=None, metavar="PATH",
+                       help="a labelled split written apart from the training data: the routing threshold is "
+                            "chosen on it (complex recall >= 0.99, fewest simple requests to the cloud) and "
+                            "its texts are never trained on (default: out-of-fold predictions)")
+    train.add_argument("--exclude-data", nargs="+", default=None, metavar="PATH",
+                       help="a held-out evaluation set: its texts are dropped from training and from the "
+                            "threshold split")
     train.add_argument("--no-source-holdout", action="store_true",
                        help="skip the leave-one-source-out evaluation (faster)")
-    train.set_defaults(func=_train_intent)
+    train.set_defaults(func=_train_intent, needs_extra="train")
 
     ev = msub.add_parser(
         "eval-intent",
@@ -73,6 +81,9 @@ def _register_intent(msub: argparse._SubParsersAction) -> None:
     ev.add_argument("--split", choices=("all", "dev", "train"), default="all",
                     help="only the rows of the trainer's dev (or train) split (default: all rows)")
     ev.add_argument("--provider", default=None, help="force an onnxruntime execution provider")
+    ev.add_argument("--url", default=None, metavar="URL",
+                    help="take the routes from a running gateway's POST /v1/route (the whole policy; "
+                         "multi-turn rows sent as conversations)")
     ev.set_defaults(func=_eval_intent)
 
 

@@ -8,7 +8,6 @@ over HTTP with the official ``openai`` client.
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -20,15 +19,10 @@ from typing import Any
 import httpx
 import uvicorn
 
+from bench.local_run import free_port
 from edge.app import create_app
 from edge.config import Settings
 from edge.limits import guarded_protocol
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass

@@ -25,6 +25,7 @@ from typing import Any
 
 import diskcache
 
+from edge.cache import diskcache_private as dc
 from edge.cache.disk import CorruptEntry, JSONDisk
 from edge.cache.keys import KeyParts, faq_key, key_parts, normalize_text
 from edge.cache.policy import CachePolicy, decide_policy
@@ -125,6 +126,8 @@ class AnswerCache:
             eviction_policy="none",
             statistics=False,
         )
+        for store in (self._answers, self._faq):
+            dc.check_layout(store)  # a diskcache that moved its internals fails here, loudly
         self._db_inode = self._inode()
 
     def _inode(self) -> int | None:
@@ -203,19 +206,14 @@ class AnswerCache:
                 continue
             last = self._sem_rowids.get(name, 0)
             try:
-                (top,) = store._sql("SELECT COALESCE(MAX(rowid), 0) FROM Cache").fetchone()
-                if top < last:  # cleared (maybe by another process): rowids start again from 1
+                if dc.max_rowid(store) < last:  # cleared (maybe by another process): rowids restart from 1
                     last = 0
-                rows = store._sql(
-                    "SELECT rowid, key, mode, filename, value FROM Cache WHERE rowid > ? AND raw = 1"
-                    " AND (expire_time IS NULL OR expire_time > ?) ORDER BY rowid LIMIT 5000",
-                    (last, time.time()),
-                ).fetchall()
+                rows = dc.live_rows_after(store, last, 5000)
                 missing: list[tuple[str, str, str]] = []
                 for rowid, key, mode, filename, raw_value in rows:
                     last = max(last, rowid)
                     try:
-                        value = store.disk.fetch(mode, filename, raw_value, False)
+                        value = dc.decode(store, mode, filename, raw_value)
                     except (CorruptEntry, OSError):
                         continue
                     if not isinstance(value, dict) or not isinstance(value.get("q"), str):
@@ -582,7 +580,7 @@ class AnswerCache:
         eviction stays least-recently-used, and a lookup does no write of its own.
         """
         try:
-            value = _read_only_get(store, key)
+            value = dc.read_live(store, key)
         except CorruptEntry:
             try:
                 store.delete(key)
@@ -609,11 +607,7 @@ class AnswerCache:
         if not touched or answers is None:
             return
         try:
-            with answers.transact():
-                answers._con.executemany(  # the column diskcache's LRU policy culls by
-                    "UPDATE Cache SET access_time = ? WHERE key = ? AND raw = 1",
-                    [(at, key) for key, at in touched.items()],
-                )
+            dc.write_access_times(answers, [(at, key) for key, at in touched.items()])
         except Exception as exc:  # a full or locked disk: the order is a hint, the answers still serve
             self._error("lru-touch", exc)
 
@@ -655,41 +649,21 @@ class AnswerCache:
         self._recover_if_damaged(exc)
 
 
-def _read_only_get(store: diskcache.Cache, key: str) -> Any:
-    rows = store._sql(  # diskcache's own connection, without the access-time update
-        "SELECT mode, filename, value FROM Cache WHERE key = ? AND raw = 1"
-        " AND (expire_time IS NULL OR expire_time > ?)",
-        (key, time.time()),
-    ).fetchall()
-    if not rows:
-        return None
-    mode, filename, value = rows[0]
-    return store.disk.fetch(mode, filename, value, False)
-
-
 def _matching_keys(store: diskcache.Cache, predicate: Callable[[str, Any], bool]) -> list[str]:
     """Keys of the live rows whose decoded value satisfies ``predicate(key, value)``.
 
     Reads in batches so purging a million-entry cache does not hold every value in memory;
     rows that fail to decode are left to the lookup path, which deletes them when met.
     """
-    cursor = store._sql(
-        "SELECT key, mode, filename, value FROM Cache"
-        " WHERE raw = 1 AND (expire_time IS NULL OR expire_time > ?)",
-        (time.time(),),
-    )
     keys: list[str] = []
-    while True:
-        batch = cursor.fetchmany(1000)
-        if not batch:
-            return keys
-        for key, mode, filename, value in batch:
-            try:
-                decoded = store.disk.fetch(mode, filename, value, False)
-            except (CorruptEntry, OSError):
-                continue
-            if isinstance(decoded, dict) and predicate(key, decoded):
-                keys.append(key)
+    for key, mode, filename, value in dc.iter_live_rows(store):
+        try:
+            decoded = dc.decode(store, mode, filename, value)
+        except (CorruptEntry, OSError):
+            continue
+        if isinstance(decoded, dict) and predicate(key, decoded):
+            keys.append(key)
+    return keys
 
 
 __all__ = ["AnswerCache", "CacheHit"]

@@ -56,8 +56,16 @@ def normalize_text(text: str) -> str:
     return _CJK_SPACE.sub("", words)
 
 
+_PROMPT_FOLD_CHARS = 4096
+
+
 def _normalize_prompt(text: str) -> str:
-    """System prompts are compared almost verbatim: only outer and repeated whitespace is folded."""
+    """System prompts are compared almost verbatim: only outer and repeated whitespace is folded.
+
+    A long one is taken as it is: folding costs milliseconds on the event loop, and a kiosk sends
+    the same long prompt byte for byte anyway."""
+    if len(text) > _PROMPT_FOLD_CHARS:
+        return text
     return _SPACES.sub(" ", unicodedata.normalize("NFKC", text)).strip()
 
 

@@ -2,16 +2,21 @@
 
 Kept apart from the storage so the rules that keep wrong answers out (multi-turn, tools, high
 temperature, the kiosk's own ``cache-control``) read as one small table and are tested without a
-database. Reading and writing are decided separately: ``no-cache`` means "answer fresh, then
-remember", ``no-store`` and ``x-edgecloud-cache: bypass`` mean "leave the cache alone".
+database. Reading and writing are decided separately: ``no-cache`` means "answer fresh", and "then remember"
+only where the operator allows clients to refresh shared answers (``allow_client_refresh``) or the
+request shows the admin token; ``no-store`` and ``x-edgecloud-cache: bypass`` mean "leave the cache
+alone". Lifetimes are capped by ``max_ttl_s`` whatever ``max-age`` asks.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from edge.config import CacheConfig
 from edge.types import ChatRequest
+
+_DELTA_SECONDS = re.compile(r"[0-9]{1,12}")
 
 
 @dataclass(frozen=True)
@@ -53,12 +58,12 @@ def parse_cache_control(header: str | None) -> CacheControl:
         elif name == "no-cache":
             no_cache = True
         elif name == "max-age":
-            try:
-                seconds = float(int(value))
-            except ValueError:
+            # Delta-seconds are digits only (RFC 9111); more than 12 of them (~31,700 years) is not a
+            # lifetime but an attempt to overflow the float conversion: ignored like any other typo.
+            if not _DELTA_SECONDS.fullmatch(value):
                 continue
-            if seconds >= 0:
-                max_age = seconds if max_age is None else min(max_age, seconds)
+            seconds = float(int(value))
+            max_age = seconds if max_age is None else min(max_age, seconds)
     return CacheControl(no_store=no_store, no_cache=no_cache, max_age_s=max_age)
 
 
@@ -81,13 +86,20 @@ def decide_policy(req: ChatRequest, config: CacheConfig) -> CachePolicy:
         return CachePolicy(False, False, ttl, "tools" if req.has_tools else "unsupported-content")
     if not req.last_user_message.strip():
         return CachePolicy(False, False, ttl, "no-question")
+    if (len(req.last_user_message) > config.max_question_chars
+            or len(req.system_prompt) > config.max_system_prompt_chars):
+        # A kiosk question is a line or two; normalising a megabyte for its key stalls every kiosk.
+        return CachePolicy(False, False, ttl, "too-long")
     if control.max_age_s is not None:
         ttl = control.max_age_s
-    read = not control.no_cache and header != "refresh" and ttl > 0
-    write = ttl > 0
+    ttl = min(ttl, float(config.max_ttl_s))  # one client must not pin a shared answer for years
+    refresh = control.no_cache or header == "refresh"
+    read = not refresh and ttl > 0
+    # A refresh skips the read; overwriting the shared answer for every kiosk is the operator's call.
+    write = ttl > 0 and (not refresh or config.allow_client_refresh or req.cache_admin)
     reason = "ok"
     if not read:
-        reason = "no-cache" if control.no_cache or header == "refresh" else "max-age-0"
+        reason = "no-cache" if refresh else "max-age-0"
     if req.temperature > config.max_cacheable_temperature and not config.allow_high_temperature:
         # A kiosk that asks for variety should not get the same sampled text forever. It may still
         # read: an operator FAQ answer, or an answer stored while the operator allowed it.

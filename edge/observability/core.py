@@ -18,6 +18,7 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from cloud_bridge.errors import PROVIDER_FAULT_KINDS
 from edge.config import Settings, SlaTarget
 from edge.records import RequestRecord
 
@@ -34,7 +35,7 @@ from .metrics import (
     safe_call,
 )
 from .monitor import SlaMonitor
-from .sla import MINUTE_S, MinuteRow, evaluate, minute_of, percentile
+from .sla import MINUTE_S, MinuteRow, evaluate, minute_of, rollup
 from .store import MinuteStore, StoredRow
 
 log = logging.getLogger(__name__)
@@ -86,20 +87,6 @@ def call_ttft_ms(rec: object) -> float | None:
     return call_phases(rec)["first_byte"]
 
 
-# Failures the provider answers for (its SLA); auth, size and client errors are the caller's.
-PROVIDER_FAULT_KINDS = frozenset(
-    {
-        "server_error",
-        "connect",
-        "timeout_connect",
-        "timeout_ttft",
-        "timeout_gap",
-        "timeout_total",
-        "bad_response",
-    }
-)
-
-
 def merge_stored(kind: str, old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     """How a minute written twice (restart, straggler) is combined in the store."""
     if kind == "usage":
@@ -131,10 +118,9 @@ class Observability:
             max_bytes=mc.sla_max_bytes,
         )
         self.monitor = SlaMonitor()
-        secrets = [p.resolved_api_key() or "" for p in settings.cloud.providers]
-        if settings.server.admin_token is not None:
-            secrets.append(settings.server.admin_token.get_secret_value())
-        self.redact = Redactor(secrets)
+        from ..secret_masking import configured_secrets
+
+        self.redact = Redactor(configured_secrets(settings))
         self.request_log = logging.getLogger(REQUEST_LOGGER)
         self.log_prompts = bool(settings.logging.log_prompts)
         self.totals: dict[str, UsageTotals] = {}  # since start, for the dashboard
@@ -407,9 +393,7 @@ class Observability:
         misses = sum(u.cache_misses for u in totals.values())
         saved = sum(u.avoided_usd for u in totals.values())
         spent = sum(u.cost_usd for u in totals.values())
-        all_ttft = sorted(
-            v for r in rows.values() if r.scope == "route" and r.minute >= oldest for v in r.ttft_samples
-        )
+        all_ttft, _ = rollup(r for r in rows.values() if r.scope == "route" and r.minute >= oldest)
         update = safe_call(src.update_status, {})
         return {
             "generated_at": now,
@@ -423,7 +407,7 @@ class Observability:
                 "errors": sum(u.errors for u in totals.values()),
             },
             "ttft": series,
-            "ttft_last_hour": {"p50": percentile(all_ttft, 50), "p99": percentile(all_ttft, 99)},
+            "ttft_last_hour": {"p50": all_ttft.quantile(50), "p99": all_ttft.quantile(99)},
             "providers": providers,
             "cache": {
                 "hits": hits,

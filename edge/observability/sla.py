@@ -3,7 +3,10 @@
 Averages hide what users feel, and a provider's SLA is written in percentiles and availability,
 so each finished minute becomes one ``MinuteRow`` per route and per cloud provider with
 nearest-rank P50/P95/P99 (the definition SLA texts use: "99% of requests were at or under X"),
-error rate, availability and a few request ids as evidence. ``evaluate`` holds rows against the
+error rate, availability and a few request ids as evidence. Latencies are counted in a
+``LatencySketch`` (DDSketch) rather than kept: every request of a minute counts however busy the
+gateway is, quantiles are within ``RELATIVE_ERROR`` of the exact ones, and two rows of one minute
+(a restart) or of many minutes (a period's roll-up) merge exactly. ``evaluate`` holds rows against the
 configured targets, skipping the provider's exclusion windows (maintenance), so a claim for
 credit lists only minutes the provider is accountable for.
 """
@@ -11,16 +14,15 @@ credit lists only minutes the provider is accountable for.
 from __future__ import annotations
 
 import math
-import random
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, Protocol
 
+from .sketch import RELATIVE_ERROR, LatencySketch
+
 MINUTE_S = 60
-# Raw latencies kept per row so a minute split by a restart can be merged exactly later.
-MAX_SAMPLES = 1000
 EXAMPLE_IDS = 3
 SCOPES = ("route", "provider")
 
@@ -43,18 +45,19 @@ def iso(ts: float) -> str:
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float | None:
-    """Nearest-rank percentile of already sorted values (None when there are none)."""
+    """The edge package's one percentile: nearest rank, ``q`` in 0..100, of already sorted values.
+
+    Nearest rank (the smallest value with at least ``q``% of values at or below it) is the
+    definition SLA texts use and the one ``LatencySketch.quantile`` approximates; None for no data.
+    """
     if not sorted_values:
         return None
     rank = max(1, math.ceil(q / 100.0 * len(sorted_values)))
     return float(sorted_values[min(rank, len(sorted_values)) - 1])
 
 
-def _downsample(values: list[float], limit: int = MAX_SAMPLES) -> list[float]:
-    """A uniform random subset, so a busy minute keeps bounded size with unbiased percentiles."""
-    if len(values) <= limit:
-        return values
-    return random.sample(values, limit)
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)
 
 
 class MinuteBucket:
@@ -78,8 +81,8 @@ class MinuteBucket:
         self.unavailable = 0
         self.rate_limited = 0
         self.rejected = 0
-        self.ttft: list[float] = []
-        self.total: list[float] = []
+        self.ttft = LatencySketch()
+        self.total = LatencySketch()
         self.slow: list[tuple[float, str]] = []  # (ttft_ms, request id): the slowest few, as evidence
         self.failed_ids: list[str] = []
 
@@ -102,8 +105,8 @@ class MinuteBucket:
                 self.failed_ids.append(request_id)
         if rate_limited:
             self.rate_limited += 1
-        if ttft_ms is not None and len(self.ttft) < 20 * MAX_SAMPLES:
-            self.ttft.append(ttft_ms)
+        if ttft_ms is not None:
+            self.ttft.add(ttft_ms)
             if request_id:
                 slow = self.slow
                 if len(slow) < EXAMPLE_IDS:
@@ -112,8 +115,8 @@ class MinuteBucket:
                 elif ttft_ms > slow[-1][0]:
                     slow[-1] = (ttft_ms, request_id)
                     slow.sort(reverse=True)
-        if total_ms is not None and len(self.total) < 20 * MAX_SAMPLES:
-            self.total.append(total_ms)
+        if total_ms is not None:
+            self.total.add(total_ms)
 
     def rollup(self, minute: int, scope: str, name: str) -> MinuteRow:
         return MinuteRow.build(
@@ -124,8 +127,8 @@ class MinuteBucket:
             errors=self.errors,
             unavailable=self.unavailable,
             rate_limited=self.rate_limited,
-            ttft=_downsample(self.ttft),
-            total=_downsample(self.total),
+            ttft=self.ttft,
+            total=self.total,
             slowest_ids=[rid for _, rid in self.slow],
             failed_ids=list(self.failed_ids),
         )
@@ -133,7 +136,10 @@ class MinuteBucket:
 
 @dataclass
 class MinuteRow:
-    """One minute of one route (scope "route") or cloud provider (scope "provider")."""
+    """One minute of one route (scope "route") or cloud provider (scope "provider").
+
+    The quantile fields are read from the sketches (within ``RELATIVE_ERROR``), rounded to 0.1 ms.
+    """
 
     minute: int
     scope: str
@@ -152,8 +158,16 @@ class MinuteRow:
     availability: float
     slowest_ids: list[str] = field(default_factory=list)
     failed_ids: list[str] = field(default_factory=list)
-    ttft_samples: list[float] = field(default_factory=list)
-    total_samples: list[float] = field(default_factory=list)
+    ttft_sketch: dict[str, Any] = field(default_factory=lambda: LatencySketch().to_dict())
+    total_sketch: dict[str, Any] = field(default_factory=lambda: LatencySketch().to_dict())
+
+    @property
+    def relative_error(self) -> float:
+        return float(self.ttft_sketch.get("relative_error", RELATIVE_ERROR))
+
+    def sketches(self) -> tuple[LatencySketch, LatencySketch]:
+        """The (ttft, total) sketches, fresh objects: merging them never changes this row."""
+        return LatencySketch.from_dict(self.ttft_sketch), LatencySketch.from_dict(self.total_sketch)
 
     @classmethod
     def build(
@@ -166,13 +180,14 @@ class MinuteRow:
         errors: int,
         unavailable: int,
         rate_limited: int,
-        ttft: list[float],
-        total: list[float],
+        ttft: LatencySketch | list[float],
+        total: LatencySketch | list[float],
         slowest_ids: list[str],
         failed_ids: list[str],
     ) -> MinuteRow:
-        ttft_sorted = sorted(round(v, 1) for v in ttft)
-        total_sorted = sorted(round(v, 1) for v in total)
+        """A row from counts and the minute's latencies (a sketch, or raw values that are sketched)."""
+        ttft_s = ttft if isinstance(ttft, LatencySketch) else LatencySketch.of(ttft)
+        total_s = total if isinstance(total, LatencySketch) else LatencySketch.of(total)
         return cls(
             minute=minute,
             scope=scope,
@@ -181,26 +196,28 @@ class MinuteRow:
             errors=errors,
             unavailable=unavailable,
             rate_limited=rate_limited,
-            ttft_p50_ms=percentile(ttft_sorted, 50),
-            ttft_p95_ms=percentile(ttft_sorted, 95),
-            ttft_p99_ms=percentile(ttft_sorted, 99),
-            total_p50_ms=percentile(total_sorted, 50),
-            total_p95_ms=percentile(total_sorted, 95),
-            total_p99_ms=percentile(total_sorted, 99),
+            ttft_p50_ms=_rounded(ttft_s.quantile(50)),
+            ttft_p95_ms=_rounded(ttft_s.quantile(95)),
+            ttft_p99_ms=_rounded(ttft_s.quantile(99)),
+            total_p50_ms=_rounded(total_s.quantile(50)),
+            total_p95_ms=_rounded(total_s.quantile(95)),
+            total_p99_ms=_rounded(total_s.quantile(99)),
             error_rate=(errors / requests) if requests else 0.0,
             availability=(1.0 - unavailable / requests) if requests else 1.0,
             slowest_ids=slowest_ids,
             failed_ids=failed_ids,
-            ttft_samples=ttft_sorted,
-            total_samples=total_sorted,
+            ttft_sketch=ttft_s.to_dict(),
+            total_sketch=total_s.to_dict(),
         )
 
     def merge(self, other: MinuteRow) -> MinuteRow:
-        """The same minute written twice (a restart mid-minute): recompute from both sample sets."""
+        """The same minute written twice (a restart mid-minute): the sketches add, so this is exact."""
         slow_ms = max(self.ttft_p99_ms or 0.0, 0.0) >= max(other.ttft_p99_ms or 0.0, 0.0)
         first, second = (self, other) if slow_ms else (other, self)
         slow = [*first.slowest_ids, *(rid for rid in second.slowest_ids if rid not in first.slowest_ids)]
         slow = slow[:EXAMPLE_IDS]
+        ttft, total = self.sketches()
+        other_ttft, other_total = other.sketches()
         return MinuteRow.build(
             minute=self.minute,
             scope=self.scope,
@@ -209,23 +226,39 @@ class MinuteRow:
             errors=self.errors + other.errors,
             unavailable=self.unavailable + other.unavailable,
             rate_limited=self.rate_limited + other.rate_limited,
-            ttft=_downsample(self.ttft_samples + other.ttft_samples),
-            total=_downsample(self.total_samples + other.total_samples),
+            ttft=ttft.merge(other_ttft),
+            total=total.merge(other_total),
             slowest_ids=slow,
             failed_ids=(self.failed_ids + other.failed_ids)[:EXAMPLE_IDS],
         )
 
     def to_dict(self, samples: bool = True) -> dict[str, Any]:
+        """The row as stored; ``samples=False`` leaves the sketches out (reports, the dashboard)."""
         data = asdict(self)
         if not samples:
-            data.pop("ttft_samples")
-            data.pop("total_samples")
+            data.pop("ttft_sketch")
+            data.pop("total_sketch")
         return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> MinuteRow:
+        """A stored row; rows written before sketches (raw ``*_samples``) are sketched on reading."""
         known = {f for f in cls.__dataclass_fields__}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        values = {k: v for k, v in data.items() if k in known}
+        for name in ("ttft", "total"):
+            if f"{name}_sketch" not in values and f"{name}_samples" in data:
+                values[f"{name}_sketch"] = LatencySketch.of(data[f"{name}_samples"]).to_dict()
+        return cls(**values)
+
+
+def rollup(rows: Iterable[MinuteRow]) -> tuple[LatencySketch, LatencySketch]:
+    """The merged (ttft, total) sketches of many rows: a period's quantiles, exact to the sketch."""
+    ttft, total = LatencySketch(), LatencySketch()
+    for row in rows:
+        row_ttft, row_total = row.sketches()
+        ttft.merge(row_ttft)
+        total.merge(row_total)
+    return ttft, total
 
 
 @dataclass
@@ -263,8 +296,13 @@ class Evaluation:
     breaches: list[Breach]
 
     def summary(self) -> dict[str, dict[str, Any]]:
-        """Per scope:name: counted, excluded and breached minutes; availability outside exclusions."""
+        """Per scope:name: counted, excluded and breached minutes; availability outside exclusions.
+
+        The period's TTFT quantiles come from the counted minutes' sketches merged (every request
+        weighs the same, however busy its minute was), within the sketches' relative error.
+        """
         out: dict[str, dict[str, Any]] = {}
+        counted: dict[str, list[MinuteRow]] = {}
         for row, verdict in self.minutes:
             key = f"{row.scope}:{row.name}"
             s = out.setdefault(
@@ -284,12 +322,17 @@ class Evaluation:
                 s["excluded_minutes"] += 1
                 continue
             s["minutes"] += 1
+            counted.setdefault(key, []).append(row)
             s["requests"] += row.requests
             s["unavailable"] += row.unavailable
             if verdict == "breach":
                 s["breached_minutes"] += 1
-        for s in out.values():
+        for key, s in out.items():
             s["availability"] = 1.0 - s["unavailable"] / s["requests"] if s["requests"] else 1.0
+            ttft, _ = rollup(counted.get(key, []))
+            for q in (50, 95, 99):
+                s[f"ttft_p{q}_ms"] = _rounded(ttft.quantile(q))
+            s["relative_error"] = ttft.relative_error
         return out
 
 

@@ -11,8 +11,11 @@ from collections.abc import Callable
 from importlib import resources
 from typing import TYPE_CHECKING
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+
+from ..admin_auth import shows_admin_token
+from ..disclosure import public_update_status
 
 if TYPE_CHECKING:
     from .core import Observability
@@ -81,11 +84,14 @@ def observability_router(get_obs: Callable[[], Observability | None]) -> APIRout
         return HTMLResponse(page, headers=_SECURITY_HEADERS)
 
     @router.get("/dashboard/data", include_in_schema=False)
-    async def dashboard_data() -> Response:
+    async def dashboard_data(request: Request) -> Response:
         obs = get_obs()
         if obs is None:
             return _unavailable()
-        return JSONResponse(obs.dashboard_data(), headers={"Cache-Control": "no-store"})
+        data = obs.dashboard_data()
+        if not shows_admin_token(request.headers.get("authorization"), obs.settings.server.admin_token):
+            data["update"] = public_update_status(data.get("update") or {})  # edge/disclosure.py
+        return JSONResponse(data, headers={"Cache-Control": "no-store"})
 
     @router.get("/dashboard/assets/{name}", include_in_schema=False)
     async def asset(name: str) -> Response:

@@ -129,7 +129,15 @@ ensure_model_file() {
 ensure_bundle() {
   local root=$OPT_TRUSTED_ROOT data_dir root_dest
   data_dir=$(p /var/lib/edgecloud)
-  if [ -z "$root" ] && [ -d "$OPT_BUNDLE" ]; then root="$OPT_BUNDLE/metadata/1.root.json"; fi
+  # The bundle's own root would vouch for the bundle it came with: trusting it is trust on first use,
+  # which the operator must ask for by name.
+  if [ -z "$root" ] && [ -d "$OPT_BUNDLE" ] && [ "$OPT_TRUST_BUNDLE_ROOT" = 1 ]; then
+    root="$OPT_BUNDLE/metadata/1.root.json"
+    warn "trust on first use: the bundle's own root ($root) is trusted from now on"
+  fi
+  if [ -z "$root" ] && [ -d "$OPT_BUNDLE" ]; then
+    die "--bundle DIR needs --trusted-root ROOT_JSON (a root that came with the device), or --trust-bundle-root to trust the root inside DIR on first use" 2
+  fi
   [ -n "$root" ] || die "--bundle URL needs --trusted-root ROOT_JSON (a root that came with the device, not from the network)" 2
   [ -f "$root" ] || die "trusted root $root not found" 2
   if [ "$DRY_RUN" = 0 ] && ! "$VENV/bin/edgecloud" models update --help >/dev/null 2>&1; then

@@ -43,7 +43,14 @@ from models.fleet.bundle import (
     parse_agent_version,
 )
 from models.fleet.smoke import SmokeResult, run_smoke_test
-from models.fleet.transport import RepoFetcher, download_resumable, join, local_dir, target_url
+from models.fleet.transport import (
+    DownloadLimits,
+    RepoFetcher,
+    download_resumable,
+    join,
+    local_dir,
+    target_url,
+)
 from models.store import InstalledVersion, ModelStore, write_bundle_file
 
 AGENT_VERSION = "0.1.0"
@@ -154,8 +161,10 @@ class UpdateAgent:
         smoke_timeout_s: float = 180.0,
         metrics_registry: CollectorRegistry | None = None,
         progress_callback: Callable[[dict[str, Any]], None] | None = None,
+        download_limits: DownloadLimits | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
+        self.download_limits = download_limits or DownloadLimits()
         self.repository_url = repository_url
         self.trusted_root = Path(trusted_root)
         self.hardware = hardware
@@ -326,8 +335,9 @@ class UpdateAgent:
         if local_dir(self.repository_url) is not None:
             return None
         return httpx.Client(
-            timeout=httpx.Timeout(30.0, connect=10.0),
-            headers={"User-Agent": f"edgecloud-agent/{self.agent_version}"},
+            timeout=httpx.Timeout(self.download_limits.read_timeout_s, connect=10.0),
+            # Nothing is decompressed (transport.refuse_encoded): the signed bytes, as published.
+            headers={"User-Agent": f"edgecloud-agent/{self.agent_version}", "Accept-Encoding": "identity"},
             follow_redirects=True,
         )
 
@@ -340,7 +350,7 @@ class UpdateAgent:
             metadata_base_url=join(self.repository_url, "metadata"),
             target_dir=str(self._tuf_dir / "targets"),
             target_base_url=join(self.repository_url, "targets"),
-            fetcher=RepoFetcher(client),
+            fetcher=RepoFetcher(client, self.download_limits.read_timeout_s, self.download_limits),
             config=UpdaterConfig(app_user_agent=f"edgecloud-agent/{self.agent_version}"),
             bootstrap=self.trusted_root.read_bytes(),  # the root pinned at install time
         )
@@ -467,7 +477,8 @@ class UpdateAgent:
                 self._set_progress(_start + done, total, _path)
 
             try:
-                download_resumable(client, target_url(target_base, target), part, target, progress)
+                download_resumable(client, target_url(target_base, target), part, target, progress,
+                                   limits=self.download_limits)
             except OSError as exc:
                 if exc.errno in _DISK_FULL:  # free what we took: the gateway needs the space more
                     self.store.discard_staging(entry.version)

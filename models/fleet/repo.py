@@ -41,7 +41,6 @@ from tuf.api.metadata import (
     Timestamp,
 )
 from tuf.api.serialization.json import JSONSerializer
-from tuf.repository import Repository
 
 from models.fleet.bundle import (
     KINDS,
@@ -55,6 +54,7 @@ from models.fleet.bundle import (
     manifest_path,
 )
 from models.fleet.keys import find_signer, generate_key
+from models.fleet.tuf_private import Repository  # not yet stable upstream: fenced there
 
 TOP_ROLES = (Root.type, Targets.type, Snapshot.type, Timestamp.type)
 CHANNEL_PREFIX = "channel-"

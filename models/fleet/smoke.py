@@ -3,7 +3,7 @@
 A corrupt or hostile-but-signed GGUF can segfault llama.cpp or hang it; in a child process with a
 timeout that costs one failed update instead of the agent (or the whole gateway). Checks: the GGUF
 loads and generates a token, the intent classifier loads and classifies a probe, the FAQ pack
-parses, the config parses. Run as ``python -m models.fleet.smoke VERSION_DIR``; prints one JSON line.
+parses, the config parses. Run as ``python -I -m models.fleet.smoke VERSION_DIR``; prints one JSON line.
 """
 
 from __future__ import annotations
@@ -103,7 +103,9 @@ def check_artifacts(artifacts: dict[str, Path]) -> SmokeResult:
 
 def run_smoke_test(version_dir: Path, timeout_s: float = 120.0) -> SmokeResult:
     """Smoke-test a version dir in a child process (the agent side)."""
-    cmd = [sys.executable, "-m", "models.fleet.smoke", str(version_dir)]
+    # -I (isolated): no working directory or PYTHONPATH on the import path, no user site. Without it a
+    # planted models/__init__.py in the service's working directory would run at the next update.
+    cmd = [sys.executable, "-I", "-m", "models.fleet.smoke", str(version_dir)]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
     except subprocess.TimeoutExpired:

@@ -9,7 +9,9 @@ into the staging folder and are then checked with TUF's own ``TargetFile.verify_
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -25,7 +27,63 @@ ProgressFn = Callable[[int], None]
 
 
 class DownloadError(RuntimeError):
-    """A target could not be fetched (network, HTTP status, endless data)."""
+    """A target could not be fetched (network, HTTP status, endless data, too slow, encoded)."""
+
+
+@dataclass(frozen=True)
+class DownloadLimits:
+    """Bounds on every fetch, so a mirror that drips bytes cannot hold the update lock forever.
+
+    ``read_timeout_s`` alone does not: one byte every 29 seconds never trips it. So each fetch also
+    has a wall-clock deadline (artifacts: all resume attempts together; metadata: per file) and must
+    keep at least ``min_rate_bps`` over every ``rate_window_s``. A stall is noticed within a window
+    plus one read timeout.
+    """
+
+    read_timeout_s: float = 30.0
+    deadline_s: float = 6 * 3600.0
+    metadata_deadline_s: float = 120.0
+    min_rate_bps: float = 4096.0
+    rate_window_s: float = 30.0
+
+
+class RateGuard:
+    """Counts the bytes of one fetch; raises ``DownloadError`` past the deadline or under the rate."""
+
+    def __init__(self, limits: DownloadLimits, deadline_s: float, what: str) -> None:
+        self.limits = limits
+        self.what = what
+        self.started = time.monotonic()
+        self.deadline = self.started + deadline_s
+        self.restart_window()
+
+    def restart_window(self) -> None:
+        self.window_start = time.monotonic()
+        self.window_bytes = 0
+
+    def tick(self, n: int) -> None:
+        now = time.monotonic()
+        if now > self.deadline:
+            raise DownloadError(f"{self.what}: over the {self.deadline - self.started:.0f}s download deadline "
+                                "(the mirror is too slow)")
+        self.window_bytes += n
+        elapsed = now - self.window_start
+        if elapsed >= self.limits.rate_window_s:
+            rate = self.window_bytes / elapsed
+            if rate < self.limits.min_rate_bps:
+                raise DownloadError(f"{self.what}: {rate:.0f} bytes/s over {elapsed:.0f}s, under the "
+                                    f"{self.limits.min_rate_bps:.0f} bytes/s minimum (the mirror stalls)")
+            self.restart_window()
+
+
+def refuse_encoded(response: httpx.Response, url: str) -> None:
+    """Signed bytes are fetched exactly as published: nothing is decompressed, so no bomb can expand.
+
+    Requests say ``Accept-Encoding: identity``; a server that encodes anyway is refused.
+    """
+    encoding = response.headers.get("content-encoding", "identity").strip().lower()
+    if encoding not in ("", "identity"):
+        raise DownloadError(f"{url}: refused Content-Encoding {encoding!r} (only identity is accepted)")
 
 
 def local_dir(repository: str) -> Path | None:
@@ -48,9 +106,11 @@ class RepoFetcher(FetcherInterface):
     Only used for metadata and small targets; ngclient enforces the length limits on top.
     """
 
-    def __init__(self, client: httpx.Client | None, timeout_s: float = 30.0) -> None:
+    def __init__(self, client: httpx.Client | None, timeout_s: float = 30.0,
+                 limits: DownloadLimits | None = None) -> None:
         self._client = client
         self._timeout = timeout_s
+        self._limits = limits or DownloadLimits(read_timeout_s=timeout_s)
 
     def _fetch(self, url: str) -> Iterator[bytes]:
         directory = local_dir(url)
@@ -71,7 +131,13 @@ class RepoFetcher(FetcherInterface):
         if response.status_code >= 400:
             response.close()
             raise tuf_exc.DownloadHTTPError(f"HTTP {response.status_code} for {url}", response.status_code)
-        return self._http_chunks(response)
+        try:
+            refuse_encoded(response, url)
+        except DownloadError as exc:
+            response.close()
+            raise tuf_exc.DownloadError(str(exc)) from None
+        guard = RateGuard(self._limits, self._limits.metadata_deadline_s, url)
+        return self._http_chunks(response, guard)
 
     @staticmethod
     def _file_chunks(fh: object) -> Iterator[bytes]:
@@ -79,9 +145,13 @@ class RepoFetcher(FetcherInterface):
             yield from iter(lambda: fh.read(CHUNK), b"")  # type: ignore[attr-defined]
 
     @staticmethod
-    def _http_chunks(response: httpx.Response) -> Iterator[bytes]:
+    def _http_chunks(response: httpx.Response, guard: RateGuard) -> Iterator[bytes]:
         try:
-            yield from response.iter_bytes(CHUNK)
+            for chunk in response.iter_raw():
+                guard.tick(len(chunk))
+                yield chunk
+        except DownloadError as exc:
+            raise tuf_exc.SlowRetrievalError(str(exc)) from None
         except httpx.TimeoutException as exc:
             raise tuf_exc.SlowRetrievalError(str(exc)) from exc
         except httpx.HTTPError as exc:
@@ -102,6 +172,7 @@ def download_resumable(
     target: TargetFile,
     progress: ProgressFn | None = None,
     attempts: int = 4,
+    limits: DownloadLimits | None = None,
 ) -> None:
     """Fetch ``url`` into ``part``, continuing from what a previous (cut) attempt left there.
 
@@ -109,20 +180,28 @@ def download_resumable(
     cut off at the declared length and the download fails. Verification against length and hashes is
     the caller's job (``TargetFile.verify_length_and_hashes``) once this returns.
     """
+    limits = limits or DownloadLimits()
+    guard = RateGuard(limits, limits.deadline_s, target.path)  # one deadline for every attempt
     last_error: Exception | None = None
     for _ in range(attempts):
         try:
-            _download_once(client, url, part, target.length, progress)
+            guard.restart_window()
+            _download_once(client, url, part, target.length, progress, guard)
             return
         except DownloadError as exc:
-            if "more than" in str(exc) or "HTTP 4" in str(exc):
+            if "more than" in str(exc) or "HTTP 4" in str(exc) or isinstance(exc, _Fatal):
                 raise
             last_error = exc
     raise DownloadError(f"giving up after {attempts} attempts: {last_error}")
 
 
+class _Fatal(DownloadError):
+    """Not worth another attempt: too slow past the deadline or rate, or an encoding we refuse."""
+
+
 def _download_once(
-    client: httpx.Client | None, url: str, part: Path, length: int, progress: ProgressFn | None
+    client: httpx.Client | None, url: str, part: Path, length: int, progress: ProgressFn | None,
+    guard: RateGuard | None = None,
 ) -> None:
     have = part.stat().st_size if part.exists() else 0
     if have > length:
@@ -151,11 +230,25 @@ def _download_once(
                 raise DownloadError(f"HTTP {response.status_code} for {url}")
             if have and response.status_code != 206:
                 have = 0  # server ignored Range: rewrite from the start
+            try:
+                refuse_encoded(response, url)
+            except DownloadError as exc:
+                raise _Fatal(str(exc)) from None
             mode = "ab" if have else "wb"
             with open(part, mode) as out:
-                _copy(response.iter_bytes(), out, have, length, progress)  # as received: a cut keeps them
+                _copy(_guarded(response.iter_raw(), guard), out, have, length, progress)  # a cut keeps them
     except httpx.HTTPError as exc:
         raise DownloadError(f"download interrupted: {type(exc).__name__}") from exc
+
+
+def _guarded(chunks: Iterator[bytes], guard: RateGuard | None) -> Iterator[bytes]:
+    for chunk in chunks:
+        if guard is not None:
+            try:
+                guard.tick(len(chunk))
+            except DownloadError as exc:
+                raise _Fatal(str(exc)) from None
+        yield chunk
 
 
 def _copy(chunks: Iterator[bytes], out, have: int, length: int, progress: ProgressFn | None) -> None:

@@ -31,6 +31,12 @@ class Row:
     lang: str
     category: str
     source: str
+    # Earlier turns for multi-turn rows (kept only when ``load_rows(..., keep_multi_turn=True)``).
+    messages: tuple[tuple[str, str], ...] | None = None
+
+    @property
+    def multi_turn(self) -> bool:
+        return self.messages is not None and len(self.messages) > 1
 
     def canonical(self) -> str:
         """Stable serialisation used for the training-data digest."""
@@ -83,12 +89,12 @@ def _is_multi_turn(obj: dict) -> bool:
     return isinstance(messages, list) and len(messages) > 1
 
 
-def load_rows(paths: Iterable[Path]) -> tuple[list[Row], LoadReport]:
+def load_rows(paths: Iterable[Path], keep_multi_turn: bool = False) -> tuple[list[Row], LoadReport]:
     """Read rows, mapping labels to simple/complex.
 
-    Multi-turn rows are skipped: the policy routes those by turn count, and their first turn alone often
-    reads like an easy query, so training on it would teach contradictory labels. Duplicate texts (after
-    normalisation) keep their first occurrence.
+    Multi-turn rows are skipped (unless ``keep_multi_turn``, for evaluating routing as a whole): the policy
+    routes those by turn count, and their first turn alone often reads like an easy query, so training on
+    it would teach contradictory labels. Duplicate texts (after normalisation) keep their first occurrence.
     """
     rows: list[Row] = []
     seen: set[str] = set()
@@ -108,10 +114,14 @@ def load_rows(paths: Iterable[Path]) -> tuple[list[Row], LoadReport]:
                 except (ValueError, KeyError):
                     bad += 1
                     continue
+                messages = None
                 if _is_multi_turn(obj):
                     multi += 1
-                    continue
-                key = text_key(text)
+                    if not keep_multi_turn:
+                        continue
+                    messages = tuple((str(m.get("role", "user")), str(m.get("content", "")))
+                                     for m in obj["messages"] if isinstance(m, dict))
+                key = text_key(text) if messages is None else text_key(json.dumps(messages, ensure_ascii=False))
                 if key in seen:
                     dup += 1
                     continue
@@ -123,6 +133,7 @@ def load_rows(paths: Iterable[Path]) -> tuple[list[Row], LoadReport]:
                         lang=str(obj.get("lang", "en")),
                         category=str(obj.get("category", "")),
                         source=str(obj.get("source", path.stem)),
+                        messages=messages,
                     )
                 )
     return rows, LoadReport(files, len(rows), multi, dup, bad)

@@ -20,20 +20,105 @@ from models.intent.runtime import IntentClassifier
 SPLITS = ("all", "dev", "train")
 
 
+TARGETS = {"accuracy": 0.97, "complex_to_cloud": 0.99, "simple_to_cloud_max": 0.05, "language_gap_max": 0.02}
+
+
+def _routed(rows: Sequence[ds.Row], p_complex: Sequence[float | None], threshold: float) -> list[str]:
+    """Where the policy sends each row: multi-turn rows by rule, the rest by label and confidence."""
+    out = []
+    for row, p in zip(rows, p_complex, strict=True):
+        if row.multi_turn or p is None:
+            out.append("cloud")
+        else:
+            out.append("cloud" if p >= 0.5 or (1.0 - p) < threshold else "edge")
+    return out
+
+
+def routing_table(rows: Sequence[ds.Row], routes: Sequence[str]) -> dict:
+    """Routing quality of ``routes`` ("edge"/"cloud") against the labels, with errors in each direction."""
+    n_complex = sum(r.label == "complex" for r in rows)
+    n_simple = len(rows) - n_complex
+    simple_cloud = sum(r.label == "simple" and x == "cloud" for r, x in zip(rows, routes, strict=True))
+    complex_edge = sum(r.label == "complex" and x == "edge" for r, x in zip(rows, routes, strict=True))
+    return {
+        "n": len(rows),
+        "n_simple": n_simple,
+        "n_complex": n_complex,
+        "accuracy": round(1.0 - (simple_cloud + complex_edge) / len(rows), 4) if rows else None,
+        "complex_to_cloud": round(1.0 - complex_edge / n_complex, 4) if n_complex else None,
+        "simple_to_cloud": round(simple_cloud / n_simple, 4) if n_simple else None,
+        "simple_sent_to_cloud": simple_cloud,
+        "complex_kept_on_edge": complex_edge,
+    }
+
+
+def _grouped(rows: Sequence[ds.Row], routes: Sequence[str], attr: str) -> dict:
+    out = {}
+    for value in sorted({getattr(r, attr) for r in rows}):
+        sel = [i for i, r in enumerate(rows) if getattr(r, attr) == value]
+        out[value] = routing_table([rows[i] for i in sel], [routes[i] for i in sel])
+    return out
+
+
+def verdicts(table: dict, per_language: dict) -> dict:
+    """Each routing target with its figure and whether it is met (English against Chinese for the gap)."""
+    gap = None
+    if "en" in per_language and "zh" in per_language:
+        gap = round(abs(per_language["en"]["accuracy"] - per_language["zh"]["accuracy"]), 4)
+    return {
+        "accuracy": {"target": f">= {TARGETS['accuracy']}", "value": table["accuracy"],
+                     "met": table["accuracy"] is not None and table["accuracy"] >= TARGETS["accuracy"]},
+        "complex_to_cloud": {"target": f">= {TARGETS['complex_to_cloud']}", "value": table["complex_to_cloud"],
+                             "met": table["complex_to_cloud"] is None
+                             or table["complex_to_cloud"] >= TARGETS["complex_to_cloud"]},
+        "simple_to_cloud": {"target": f"<= {TARGETS['simple_to_cloud_max']}", "value": table["simple_to_cloud"],
+                            "met": table["simple_to_cloud"] is None
+                            or table["simple_to_cloud"] <= TARGETS["simple_to_cloud_max"]},
+        "en_zh_gap": {"target": f"<= {TARGETS['language_gap_max']}", "value": gap,
+                      "met": gap is None or gap <= TARGETS["language_gap_max"]},
+    }
+
+
+def _route_via_gateway(rows: Sequence[ds.Row], url: str) -> tuple[list[str], list[float]]:
+    """Ask a running gateway's ``POST /v1/route`` where each row goes (the whole policy, not only the model)."""
+    import httpx  # only this mode needs it
+
+    routes, latencies = [], []
+    with httpx.Client(base_url=url.rstrip("/"), timeout=30.0) as client:
+        for row in rows:
+            if row.messages:
+                messages = [{"role": role, "content": content} for role, content in row.messages]
+            else:
+                messages = [{"role": "user", "content": row.text}]
+            start = time.perf_counter()
+            resp = client.post("/v1/route", json={"model": "edgecloud-auto", "messages": messages})
+            latencies.append((time.perf_counter() - start) * 1000.0)
+            resp.raise_for_status()
+            routes.append(str(resp.json()["route"]))
+    return routes, latencies
+
+
 def evaluate(
     data: Sequence[str | Path],
     model_dir: str | Path | None = None,
     split: str = "all",
     providers: list[str] | None = None,
     max_errors: int = 15,
+    url: str | None = None,
 ) -> dict:
-    """Classify every row of ``data`` and return the report (see ``format_report``)."""
+    """Classify every row of ``data`` and return the report (see ``format_report``).
+
+    Routing figures apply the card's confidence threshold the way the policy does, and count multi-turn
+    rows as routed to the cloud by rule. With ``url``, the routes come from a running gateway's
+    ``POST /v1/route`` instead (multi-turn rows sent as conversations), so the whole policy is measured.
+    """
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}")
     files = ds.expand_paths(data, include_test_files=True)
-    rows, load = ds.load_rows(files)
+    all_rows, load = ds.load_rows(files, keep_multi_turn=True)
     if split != "all":
-        rows = [r for r in rows if ds.is_dev(r.text) == (split == "dev")]
+        all_rows = [r for r in all_rows if ds.is_dev(r.text) == (split == "dev")]
+    rows = [r for r in all_rows if not r.multi_turn]
     if not rows:
         raise ValueError("no rows to evaluate")
     clf = IntentClassifier.load(model_dir, providers=providers)
@@ -50,32 +135,53 @@ def evaluate(
         p_complex.append(result.probs["complex"])
         latencies.append(result.latency_ms)
     truth = [r.label for r in rows]
+    p_by_id = {id(r): p for r, p in zip(rows, p_complex, strict=True)}
+    if url:
+        routes, route_ms = _route_via_gateway(all_rows, url)
+        routed_by = f"POST {url.rstrip('/')}/v1/route"
+    else:
+        routes = _routed(all_rows, [p_by_id.get(id(r)) for r in all_rows], threshold)
+        route_ms = []
+        routed_by = f"model + card threshold {threshold} (multi-turn rows: cloud by rule)"
+    routing_all = routing_table(all_rows, routes)
+    per_language_routing = _grouped(all_rows, routes, "lang")
     report = {
-        "model": {"version": clf.version, "provider": clf.provider, "dir": str(model_dir or "default")},
+        "model": {"version": clf.version, "provider": clf.provider, "dir": str(model_dir or "default"),
+                  "simple_min_confidence": threshold, "threshold_chosen_on": clf.card["thresholds"].get("chosen_on")},
         "data": {
             "files": [str(f) for f in files],
             "split": split,
             "rows": len(rows),
+            "multi_turn_rows": len(all_rows) - len(rows),
             "skipped_multi_turn": load.skipped_multi_turn,
             "skipped_duplicates": load.skipped_duplicates,
         },
         "overall": summarize(truth, preds),
         "routing": routing_recall(truth, p_complex, threshold),
+        "routed_by": routed_by,
+        "routing_all": routing_all,
+        "routing_per_language": per_language_routing,
+        "routing_per_category": _grouped(all_rows, routes, "category"),
+        "targets": verdicts(routing_all, per_language_routing),
         "per_language": {},
         "per_source": {},
         "latency": percentiles_ms(latencies),
         "cpu_time": percentiles_ms(cpu_ms),
+        "route_call_latency": percentiles_ms(route_ms),
+        "source_holdout_from_card": clf.card.get("metrics", {}).get("source_holdout", {}),
         "errors": [],
     }
     for key, attr in (("per_language", "lang"), ("per_source", "source")):
         for value in sorted({getattr(r, attr) for r in rows}):
             sel = [i for i, r in enumerate(rows) if getattr(r, attr) == value]
             report[key][value] = summarize([truth[i] for i in sel], [preds[i] for i in sel])
-    wrong = [i for i in range(len(rows)) if preds[i] != truth[i]]
+    route_of = {id(r): x for r, x in zip(all_rows, routes, strict=True)}
+    wrong = [i for i in range(len(rows)) if (route_of[id(rows[i])] == "cloud") != (truth[i] == "complex")]
     wrong.sort(key=lambda i: -abs(p_complex[i] - 0.5))
     report["errors"] = [
-        {"text": rows[i].text[:160], "label": truth[i], "predicted": preds[i],
-         "p_complex": round(p_complex[i], 4), "lang": rows[i].lang, "source": rows[i].source}
+        {"text": rows[i].text[:160], "label": truth[i], "predicted": preds[i], "route": route_of[id(rows[i])],
+         "p_complex": round(p_complex[i], 4), "lang": rows[i].lang, "category": rows[i].category,
+         "source": rows[i].source}
         for i in wrong[:max_errors]
     ]
     return report
@@ -130,6 +236,29 @@ def format_report(report: dict) -> str:
     lines += ["", "== per source =="]
     for source, m in report["per_source"].items():
         lines.append(f"  {source:<22} n={m['n']:<6} accuracy {m['accuracy']:.4f}")
+    ra = report["routing_all"]
+    lines += [
+        "",
+        f"== routing: edge or cloud, as deployed ({report['routed_by']}) ==",
+        f"  n={ra['n']} ({report['data']['multi_turn_rows']} multi-turn)  accuracy {ra['accuracy']}  "
+        f"complex->cloud {ra['complex_to_cloud']}  simple->cloud {ra['simple_to_cloud']}",
+        f"  {'group':<22}{'n':>6}{'simple':>8}{'complex':>9}{'accuracy':>10}{'simple->cloud':>15}"
+        f"{'complex->edge':>15}",
+    ]
+    for title, table in (("language", report["routing_per_language"]), ("category", report["routing_per_category"])):
+        for name, m in table.items():
+            lines.append(
+                f"  {title[:4] + ':' + name:<22}{m['n']:>6}{m['n_simple']:>8}{m['n_complex']:>9}"
+                f"{m['accuracy']:>10.4f}{m['simple_sent_to_cloud']:>15}{m['complex_kept_on_edge']:>15}"
+            )
+    lines += ["", "== targets (routing, as deployed) =="]
+    for name, v in report["targets"].items():
+        lines.append(f"  {name:<18} {v['target']:<8} {v['value']!s:<8} {'met' if v['met'] else 'NOT MET'}")
+    holdout = report.get("source_holdout_from_card") or {}
+    if holdout:
+        lines += ["", "== leave-one-source-out on the shared data (from the model card: trained without it) =="]
+        for source, m in holdout.items():
+            lines.append(f"  {source:<22} n={m['n']:<6} accuracy {m['accuracy']:.4f}")
     lat = report["latency"]
     cpu = report["cpu_time"]
     lines += [
@@ -139,11 +268,14 @@ def format_report(report: dict) -> str:
         f"max {lat['max_ms']:.4f} ms  (n={lat['n']})",
         f"  CPU time: P50 {cpu['p50_ms']:.4f} ms  P99 {cpu['p99_ms']:.4f} ms  (time on a core, without waits)",
     ]
+    call = report.get("route_call_latency") or {}
+    if call.get("n"):
+        lines.append(f"  POST /v1/route round trip: P50 {call['p50_ms']:.3f} ms  P99 {call['p99_ms']:.3f} ms")
     if report["errors"]:
-        lines += ["", "== most confident mistakes =="]
+        lines += ["", "== routing mistakes, most confident first =="]
         for e in report["errors"]:
             text = e["text"].replace("\n", " ")[:100]
-            lines.append(f"  [{e['label']}->{e['predicted']} p={e['p_complex']:.3f} {e['source']}] {text}")
+            lines.append(f"  [{e['label']}->{e['route']} p={e['p_complex']:.3f} {e['category']}] {text}")
     return "\n".join(lines)
 
 

@@ -22,7 +22,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-FEATURE_VERSION = 2
+from models.intent.ask import final_ask
+from models.intent.cues import cue_tokens
+
+FEATURE_VERSION = 3
+# Version 2 models (whole message only) still load: their card has no ask view and ``featurize`` skips it.
+SUPPORTED_VERSIONS = (2, 3)
 
 # Style punctuation: removed so that it cannot become a label signal. '.' is only removed at a sentence
 # end (it means something inside "3.14" or "os.path").
@@ -56,6 +61,7 @@ _NS_CHAR = 0x9E3779B97F4A7C15
 _NS_WORD = 0xC2B2AE3D27D4EB4F
 _NS_BIGRAM = 0x165667B19E3779F9
 _NS_META = 0x27D4EB2F165667C5
+_NS_ASK = 0x85EBCA77C2B2AE63  # the final ask's features live in their own part of the hash space
 _MASK64 = (1 << 64) - 1
 
 
@@ -70,10 +76,15 @@ class FeatureConfig:
     # Text features are divided by (sum of squares) ** norm_power: 0.5 is the L2 norm; larger values make
     # the score closer to the *average* n-gram weight, so a long text is not more extreme than a short one.
     norm_power: float = 0.5
+    # Version 3: the final ask (``models.intent.ask``) is featurised again in its own hash namespace with
+    # this weight, and the whole message's text features are scaled by ``whole_weight``.
+    ask_weight: float = 1.0
+    whole_weight: float = 0.25
+    cue_weight: float = 1.0  # difficulty cues (``models.intent.cues``) of the whole message and of the ask
     version: int = FEATURE_VERSION
 
     def to_dict(self) -> dict:
-        return {
+        data = {
             "dim": self.dim,
             "char_ngrams": list(self.char_ngrams),
             "max_chars": self.max_chars,
@@ -81,18 +92,26 @@ class FeatureConfig:
             "norm_power": self.norm_power,
             "version": self.version,
         }
+        if self.version >= 3:
+            data["ask_weight"] = self.ask_weight
+            data["whole_weight"] = self.whole_weight
+            data["cue_weight"] = self.cue_weight
+        return data
 
     @classmethod
     def from_dict(cls, data: dict) -> FeatureConfig:
         version = int(data.get("version", FEATURE_VERSION))
-        if version != FEATURE_VERSION:
-            raise ValueError(f"model uses feature version {version}, runtime implements {FEATURE_VERSION}")
+        if version not in SUPPORTED_VERSIONS:
+            raise ValueError(f"model uses feature version {version}, runtime implements {SUPPORTED_VERSIONS}")
         return cls(
             dim=int(data["dim"]),
             char_ngrams=tuple(int(n) for n in data["char_ngrams"]),
             max_chars=int(data["max_chars"]),
             meta_weight=float(data["meta_weight"]),
             norm_power=float(data.get("norm_power", 0.5)),
+            ask_weight=float(data.get("ask_weight", 1.0)),
+            whole_weight=float(data.get("whole_weight", 0.25)),
+            cue_weight=float(data.get("cue_weight", 1.0)),
             version=version,
         )
 
@@ -179,12 +198,36 @@ def meta_tokens(raw: str, norm: str, n_words: int | None = None) -> list[str]:
     return toks
 
 
+def _text_block(norm: str, config: FeatureConfig, words: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Mixed hashes of the char n-grams, words and word bigrams of one normalised text, and their values
+    (sublinear tf, signed, normalised)."""
+    parts = _char_ngram_hashes(norm, config.char_ngrams)
+    if words:
+        wh = _token_hashes(words, _NS_WORD)
+        parts.append(wh)
+        if len(wh) > 1:
+            parts.append((wh[:-1] * _FNV_PRIME) ^ wh[1:] ^ _U(_NS_BIGRAM))
+    # Never empty: the padded text always has unigrams and bigrams, even for "".
+    hashes, counts = np.unique(_mix(np.concatenate(parts)), return_counts=True)
+    vals = 1.0 + np.log(counts.astype(np.float64))
+    vals /= np.dot(vals, vals) ** config.norm_power
+    signs = np.where((hashes >> _U(63)) == _U(1), -1.0, 1.0)
+    return hashes, vals * signs
+
+
+def _meta_block(tokens: list[str], config: FeatureConfig) -> tuple[np.ndarray, np.ndarray]:
+    meta = _mix(_token_hashes(tokens, _NS_META))
+    return (meta % _U(config.dim)).astype(np.int64), np.full(meta.shape[0], config.meta_weight, dtype=np.float64)
+
+
 def featurize(text: str, config: FeatureConfig) -> tuple[np.ndarray, np.ndarray]:
     """Return ``(indices int64, values float32)`` of the sparse feature vector of ``text``.
 
     Indices may repeat (hash collisions); the consumer sums them (the ONNX graph does Gather + ReduceSum,
     scipy sums duplicates). Text features are sublinear-tf, signed, L2-normalised; shape tokens are added
-    with a fixed weight outside that normalisation so that long texts do not drown them.
+    with a fixed weight outside that normalisation so that long texts do not drown them. From version 3
+    the final ask gets a block of its own (text features and shape tokens), so a short easy question at
+    the end of a long friendly message is seen as what it is.
     """
     if len(text) > config.max_chars:
         # Long pastes: only the head and tail are read at all. Normalising and scanning the whole of a
@@ -194,23 +237,32 @@ def featurize(text: str, config: FeatureConfig) -> tuple[np.ndarray, np.ndarray]
         text = text[:half] + "\n" + text[-half:]
     norm = normalize(text)
     words = _WORD_RE.findall(norm)
-    parts = _char_ngram_hashes(norm, config.char_ngrams)
-    if words:
-        wh = _token_hashes(words, _NS_WORD)
-        parts.append(wh)
-        if len(wh) > 1:
-            parts.append((wh[:-1] * _FNV_PRIME) ^ wh[1:] ^ _U(_NS_BIGRAM))
+    idx_parts: list[np.ndarray] = []
+    val_parts: list[np.ndarray] = []
     dim = _U(config.dim)
-    # Never empty: the padded text always has unigrams and bigrams, even for "".
-    hashes, counts = np.unique(_mix(np.concatenate(parts)), return_counts=True)
-    vals = 1.0 + np.log(counts.astype(np.float64))
-    vals /= np.dot(vals, vals) ** config.norm_power
-    signs = np.where((hashes >> _U(63)) == _U(1), -1.0, 1.0)
-    text_idx = (hashes % dim).astype(np.int64)
-    text_val = vals * signs
-    meta = _mix(_token_hashes(meta_tokens(text, norm, len(words)), _NS_META))
-    meta_idx = (meta % dim).astype(np.int64)
-    meta_val = np.full(meta_idx.shape[0], config.meta_weight, dtype=np.float64)
-    idx = np.concatenate([text_idx, meta_idx])
-    val = np.concatenate([text_val, meta_val]).astype(np.float32)
-    return idx, val
+    text_hash, text_val = _text_block(norm, config, words)
+    idx_parts.append((text_hash % dim).astype(np.int64))
+    val_parts.append(text_val * (config.whole_weight if config.version >= 3 else 1.0))
+    meta = meta_tokens(text, norm, len(words))
+    if config.version >= 3:
+        ask = final_ask(text)
+        if ask == text.strip():  # one short ask: the same features again, in the ask's part of the space
+            ask_norm, ask_hash, ask_val, ask_meta = norm, text_hash, text_val, meta
+        else:
+            ask_norm = normalize(ask)
+            ask_words = _WORD_RE.findall(ask_norm)
+            ask_hash, ask_val = _text_block(ask_norm, config, ask_words)
+            ask_meta = meta_tokens(ask, ask_norm, len(ask_words))
+        idx_parts.append((_mix(ask_hash ^ _U(_NS_ASK)) % dim).astype(np.int64))
+        val_parts.append(ask_val * config.ask_weight)
+        share = len(ask_norm) / max(len(norm), 1)
+        meta = [*meta, *("ask:" + tok for tok in ask_meta), f"ask_share:{_bucket(share, (0.2, 0.4, 0.7, 0.95))}"]
+        cues = cue_tokens(norm)
+        cues += ["ask:" + tok for tok in (cues if ask_norm is norm else cue_tokens(ask_norm))]
+        cue_idx, cue_val = _meta_block(cues, config)
+        idx_parts.append(cue_idx)
+        val_parts.append(cue_val * (config.cue_weight / config.meta_weight))
+    meta_idx, meta_val = _meta_block(meta, config)
+    idx_parts.append(meta_idx)
+    val_parts.append(meta_val)
+    return np.concatenate(idx_parts), np.concatenate(val_parts).astype(np.float32)

@@ -63,6 +63,7 @@ def routing_recall(y_true: Sequence[str], p_complex: Sequence[float], min_simple
 
 
 def percentiles_ms(latencies_ms: Sequence[float]) -> dict:
+    """The models package's one percentile summary: numpy's default, linear interpolation (type 7)."""
     arr = np.asarray(latencies_ms, dtype=np.float64)
     if arr.size == 0:
         return {"n": 0}

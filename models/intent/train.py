@@ -29,6 +29,7 @@ from scipy import sparse
 from sklearn.linear_model import LogisticRegression
 
 from models.intent import dataset as ds
+from models.intent.augment import KINDS, Phrases, variant
 from models.intent.features import FeatureConfig, featurize
 from models.intent.metrics import routing_recall, summarize
 from models.intent.runtime import CARD_FILE, MODEL_FILE, IntentClassifier
@@ -43,83 +44,17 @@ class TrainConfig:
     """Knobs of one training run; all of them are written to the card."""
 
     seed: int = 13
-    c: float = 4.0
-    augment_copies: int = 2
-    kiosk_weight: float = 12.0
+    c: float = 1.0
+    augment_copies: int = 3  # one variant of each kind in ``augment.KINDS``, in that order
+    kiosk_weight: float = 16.0
     folds: int = 5
-    target_complex_recall: float = 0.985  # for the label itself, chosen on out-of-fold predictions
-    target_routing_recall: float = 0.995  # with the recommended simple-confidence threshold
+    target_complex_recall: float = 0.985  # for the label itself when no threshold split is given
+    target_routing_recall: float = 0.99  # the hard constraint: complex requests that must reach the cloud
+    # The cut is chosen for this recall on the threshold split, above the constraint: a cut placed exactly at
+    # 0.99 on ~300 complex rows falls below 0.99 on fresh data about half the time.
+    split_recall: float = 0.995
     source_holdout: bool = True
-
-
-# ---------------------------------------------------------------------------------------------- augmentation
-_PREFIX_EN = ("", "", "hi ", "hello, ", "excuse me, ", "sorry, ", "hey ", "quick question: ", "um ")
-_SUFFIX_EN = ("", "", " please", " thanks", " thank you", " asap")
-_PREFIX_ZH = ("", "", "请问", "你好，", "您好，请问", "麻烦问一下，", "打扰一下，", "hi，")
-_SUFFIX_ZH = ("", "", "谢谢", "，谢谢", "呢", "啊", "呀")
-# Label-neutral chatter a visitor puts before the actual request. Every long row in the shared data is
-# `complex`, so without this the model learns "long = complex" and sends long-winded easy questions to
-# the cloud. Added to both labels alike, it teaches that a story around the request is not difficulty.
-_PREAMBLE_EN = (
-    "I've been walking around here for a while and I'm a bit confused, ",
-    "My friend said I should ask this machine, so here goes: ",
-    "Sorry, I'm in a bit of a hurry because my family is waiting outside, ",
-    "I'm not from around here and my phone battery is almost dead, ",
-    "I asked someone at the counter earlier but they were busy, so ",
-    "This is my first time using one of these screens, hope I'm doing it right, ",
-    "We just got here after a long day of travelling and we're pretty tired, ",
-    "My colleague is waiting for me and I only have a few minutes, ",
-    "Okay, so I have a question and I'm not sure if this is the right place to ask it, ",
-    "Hi, I came here with my kids this afternoon and something came up, ",
-    "I tried looking it up on my phone but the signal in here is terrible, ",
-    "My English is not perfect so sorry for the mistakes, ",
-)
-_PREAMBLE_ZH = (
-    "我在这里转了半天有点晕，",
-    "朋友说可以问这台机器，所以我来试试，",
-    "不好意思我有点赶时间，家里人在外面等我，",
-    "我不是本地人，手机也快没电了，",
-    "刚才问了柜台但是他们太忙了，所以",
-    "我第一次用这种屏幕，不知道对不对，",
-    "我们坐了一天的车刚到，挺累的，",
-    "同事还在等我，我就几分钟时间，",
-    "嗯，我有个问题，不知道在这里问合不合适，",
-    "我今天下午带孩子过来，遇到点事，",
-    "我想用手机查一下，可是这里信号太差了，",
-    "我普通话说得不太好，见谅，",
-)
-
-
-def _typo(word: str, rng: random.Random) -> str:
-    if len(word) < 4 or not word.isalpha():
-        return word
-    i = rng.randrange(1, len(word) - 1)
-    kind = rng.randrange(3)
-    if kind == 0:
-        return word[: i - 1] + word[i] + word[i - 1] + word[i + 1 :]
-    if kind == 1:
-        return word[:i] + word[i + 1 :]
-    return word[:i] + word[i] + word[i:]
-
-
-def augment(text: str, lang: str, rng: random.Random) -> str:
-    """A style variant of ``text``: a few typos, a story before the request, greeting/thanks wrappers.
-
-    Applied to both labels alike, so none of them carries label signal; case and '?' need no augmentation
-    because the features never see them.
-    """
-    words = text.split(" ")
-    if len(words) > 1 and rng.random() < 0.6:
-        for _ in range(rng.randint(1, 2)):
-            j = rng.randrange(len(words))
-            words[j] = _typo(words[j], rng)
-        text = " ".join(words)
-    zh = lang == "zh"
-    if rng.random() < 0.5:
-        text = rng.choice(_PREAMBLE_ZH if zh else _PREAMBLE_EN) + text
-    if zh:
-        return rng.choice(_PREFIX_ZH) + text + rng.choice(_SUFFIX_ZH)
-    return rng.choice(_PREFIX_EN) + text + rng.choice(_SUFFIX_EN)
+    out_of_fold: bool = False  # five more fits; always done when there is no threshold split
 
 
 # ---------------------------------------------------------------------------------------------- fitting
@@ -153,7 +88,7 @@ class _Design:
     original: np.ndarray  # matrix row of each row's unaugmented text
 
 
-def _design(rows: Sequence[ds.Row], fc: FeatureConfig, tc: TrainConfig) -> _Design:
+def _design(rows: Sequence[ds.Row], fc: FeatureConfig, tc: TrainConfig, phrases: Phrases) -> _Design:
     texts: list[str] = []
     y: list[int] = []
     w: list[float] = []
@@ -164,7 +99,8 @@ def _design(rows: Sequence[ds.Row], fc: FeatureConfig, tc: TrainConfig) -> _Desi
         base = tc.kiosk_weight if row.source.startswith(KIOSK_SOURCE_PREFIX) else 1.0
         target = LABELS.index(row.label)
         original.append(len(texts))
-        variants = [row.text] + [augment(row.text, row.lang, rng) for _ in range(tc.augment_copies)]
+        kinds = [KINDS[k % len(KINDS)] for k in range(tc.augment_copies)]
+        variants = [row.text] + [variant(row.text, row.lang, kind, rng, phrases) for kind in kinds]
         for text in variants:
             texts.append(text)
             y.append(target)
@@ -317,50 +253,155 @@ def _write_card(card: dict, out: Path) -> None:
     (out / CARD_FILE).write_text(text, encoding="utf-8")
 
 
+@dataclass(frozen=True)
+class Thresholds:
+    """Where the model's two cuts sit, and why.
+
+    ``decision_p_complex`` is the cut on the raw P(complex) baked into the ONNX bias (so the label is the
+    argmax); ``simple_min_confidence`` is the confidence a ``simple`` label needs to stay on the device,
+    the number the router uses. Together they are one cut on P(complex): the largest that keeps complex
+    recall at ``target`` on the threshold split, which sends the fewest simple requests to the cloud
+    that the constraint allows.
+    """
+
+    decision_p_complex: float
+    simple_min_confidence: float
+    routing_cut_p_complex: float
+    chosen_on: str
+
+
+def _largest_cut(t: np.ndarray, p: np.ndarray, target: float) -> float:
+    """Largest cut on P(complex) with recall of the complex rows at ``target`` or above."""
+    pc = np.sort(p[t])
+    if pc.size == 0:
+        return 0.5
+    allowed = math.floor(pc.size * (1.0 - target) + 1e-9)  # complex rows that may stay on the edge
+    return float(math.floor(pc[allowed] * 1e4) / 1e4)  # rounded down: that row itself still goes
+
+
+def _thresholds_on_split(y_true: Sequence[str], p: np.ndarray, tc: TrainConfig, name: str) -> Thresholds:
+    """The cuts chosen on a labelled split that no fit has seen (see ``Thresholds``)."""
+    t = np.asarray([label == "complex" for label in y_true])
+    cut = min(_largest_cut(t, p, max(tc.split_recall, tc.target_routing_recall)), 0.5)
+    # The label's own cut: the most accurate one on the split, never more lenient than the routing cut.
+    grid = np.round(np.arange(0.05, 0.951, 0.01), 2)
+    accuracy = [float(((p >= g) == t).mean()) for g in grid]
+    tau = float(grid[int(np.argmax(accuracy))])
+    tau = max(tau, cut)
+    conf = 1.0 - float(_shift(np.asarray([cut]), tau)[0]) if cut < tau else 0.5
+    conf = math.floor(conf * 1e4) / 1e4  # rounded down: the edge keeps nothing the cut sends away
+    return Thresholds(tau, max(conf, 0.5), cut, name)
+
+
+def _thresholds_out_of_fold(y_true: Sequence[str], p: np.ndarray, tc: TrainConfig) -> Thresholds:
+    tau, conf = _choose_thresholds(list(y_true), p, tc)
+    cut = 1.0 / (1.0 + math.exp(-(_logit(tau) + _logit(1.0 - conf)))) if conf > 0.5 else tau
+    return Thresholds(tau, conf, round(cut, 4), f"{tc.folds}-fold out-of-fold predictions")
+
+
+def _routing(y_true: Sequence[str], p_shifted: np.ndarray, conf: float) -> dict:
+    """Routing figures on a split: accuracy of edge/cloud against simple/complex and both error rates."""
+    t = np.asarray([label == "complex" for label in y_true])
+    cloud = (p_shifted >= 0.5) | ((1.0 - p_shifted) < conf)
+    return {
+        "n": int(t.size),
+        "accuracy": round(float((cloud == t).mean()), 4) if t.size else None,
+        "complex_to_cloud": round(float(cloud[t].mean()), 4) if t.any() else None,
+        "simple_to_cloud": round(float(cloud[~t].mean()), 4) if (~t).any() else None,
+    }
+
+
+def _routing_report(rows: Sequence[ds.Row], p_shifted: np.ndarray, conf: float) -> dict:
+    report = {"all": _routing([r.label for r in rows], p_shifted, conf)}
+    for lang in sorted({r.lang for r in rows}):
+        sel = np.asarray([r.lang == lang for r in rows])
+        report[lang] = _routing([r.label for r, s in zip(rows, sel, strict=True) if s], p_shifted[sel], conf)
+    return report
+
+
 def train_intent(
     data: Sequence[str | Path],
     out_dir: str | Path,
     tc: TrainConfig | None = None,
     fc: FeatureConfig | None = None,
     log=print,
+    threshold_data: Sequence[str | Path] = (),
+    phrases: Phrases | None = None,
+    exclude_data: Sequence[str | Path] = (),
 ) -> dict:
     """Train on ``data`` (files or directories of JSONL), write ``intent.onnx`` and ``card.json`` to
-    ``out_dir`` and return the card."""
+    ``out_dir`` and return the card.
+
+    ``threshold_data`` (files or directories, ``*_test.jsonl`` included) is a labelled split written apart
+    from the training data: the routing cut is chosen on it, and any of its texts found in ``data`` are
+    left out of training. Without it the cut comes from out-of-fold predictions on the training rows.
+    ``exclude_data`` (the held-out evaluation set) is never used: its texts are dropped from the training
+    rows and from the threshold split alike.
+    """
     tc = tc or TrainConfig()
     fc = fc or FeatureConfig()
+    phrases = phrases if phrases is not None else Phrases.load()
     files = ds.expand_paths(data)
     rows, report = ds.load_rows(files)
+    held_rows: list[ds.Row] = []
+    held_files: list[Path] = []
+    if threshold_data:
+        held_files = ds.expand_paths(threshold_data, include_test_files=True)
+        held_rows, _ = ds.load_rows(held_files)
+    excluded: set[str] = set()
+    if exclude_data:
+        never, _ = ds.load_rows(ds.expand_paths(exclude_data, include_test_files=True))
+        excluded = {ds.text_key(r.text) for r in never}
+    n_held = len(held_rows)
+    held_rows = [r for r in held_rows if ds.text_key(r.text) not in excluded]
+    held_keys = {ds.text_key(r.text) for r in held_rows}
+    overlap = sum(ds.text_key(r.text) in held_keys for r in rows)
+    n_excluded = sum(ds.text_key(r.text) in excluded for r in rows)
+    rows = [r for r in rows if ds.text_key(r.text) not in held_keys and ds.text_key(r.text) not in excluded]
     rows.sort(key=lambda r: ds.text_key(r.text))
-    is_train = np.asarray([not ds.is_dev(r.text) for r in rows], dtype=bool)
+    # With a threshold split written apart from the training data, that split is the dev set: the
+    # content-hashed dev split would only hold back 15 % of the training rows.
+    use_dev = not held_rows
+    is_train = np.asarray([not (use_dev and ds.is_dev(r.text)) for r in rows], dtype=bool)
     train_idx = np.flatnonzero(is_train)
     train = [rows[i] for i in train_idx]
     dev = [rows[i] for i in np.flatnonzero(~is_train)]
     log(
         f"read {report.rows} rows from {len(files)} files (skipped: {report.skipped_multi_turn} multi-turn, "
-        f"{report.skipped_duplicates} duplicates, {report.skipped_bad} unreadable); "
-        f"train {len(train)}, dev {len(dev)}"
+        f"{report.skipped_duplicates} duplicates, {report.skipped_bad} unreadable, {overlap} in the threshold "
+        f"split, {n_excluded} in the held-out set); train {len(train)}, dev {len(dev)}, threshold split "
+        f"{len(held_rows)} ({n_held - len(held_rows)} held-out texts dropped)"
     )
     if not train:
         raise ValueError("no training rows")
 
-    design = _design(rows, fc, tc)
-
-    # Out-of-fold predictions on the training rows choose the thresholds; dev stays untouched for reporting.
-    fold_of = np.asarray([_fold(rows[i], tc.folds) for i in train_idx])
-    oof = np.zeros(train_idx.size)
-    for k in range(tc.folds):
-        held = fold_of == k
-        if held.any() and len({rows[i].label for i in train_idx[~held]}) == 2:
-            w, b = _fit(design, train_idx[~held], tc)
-            oof[held] = _p_complex(design, w, b, train_idx[held])
+    design = _design(rows, fc, tc, phrases)
     train_labels = [r.label for r in train]
-    tau, conf = _choose_thresholds(train_labels, oof, tc)
-    oof_shifted = _shift(oof, tau)
-    log(f"thresholds from {tc.folds}-fold out-of-fold predictions: P(complex) >= {tau}, "
-        f"simple confidence >= {conf}")
+
+    oof = None
+    if tc.out_of_fold or not held_rows:
+        fold_of = np.asarray([_fold(rows[i], tc.folds) for i in train_idx])
+        oof = np.zeros(train_idx.size)
+        for k in range(tc.folds):
+            held = fold_of == k
+            if held.any() and len({rows[i].label for i in train_idx[~held]}) == 2:
+                w, b = _fit(design, train_idx[~held], tc)
+                oof[held] = _p_complex(design, w, b, train_idx[held])
 
     weights, bias = _fit(design, train_idx, tc)
-    bias -= _logit(tau)
+    held_p = np.zeros(0)
+    if held_rows:
+        held_x = _matrix([r.text for r in held_rows], fc)
+        held_p = 1.0 / (1.0 + np.exp(-(held_x @ weights.astype(np.float64) + bias)))
+        th = _thresholds_on_split([r.label for r in held_rows], held_p, tc,
+                                  ", ".join(Path(f).name for f in held_files))
+    else:
+        assert oof is not None
+        th = _thresholds_out_of_fold(train_labels, oof, tc)
+    log(f"routing cut P(complex) >= {th.routing_cut_p_complex} (chosen on {th.chosen_on}): label cut "
+        f"{th.decision_p_complex}, simple confidence >= {th.simple_min_confidence}")
+
+    bias -= _logit(th.decision_p_complex)
     data_digest = ds.digest(train)
     version = f"{MODEL_VERSION_MAJOR}.{fc.version}.{data_digest[:12]}"
 
@@ -379,14 +420,21 @@ def train_intent(
             "C": tc.c,
             "seed": tc.seed,
             "augment_copies": tc.augment_copies,
+            "augment_kinds": [KINDS[k % len(KINDS)] for k in range(tc.augment_copies)],
+            "augment_phrases": phrases.sources(),
             "kiosk_weight": tc.kiosk_weight,
             "onnx_sha256": hashlib.sha256((out / MODEL_FILE).read_bytes()).hexdigest(),
         },
         "thresholds": {
-            "decision_p_complex": tau,
+            "decision_p_complex": th.decision_p_complex,
             "decision_note": "baked into the ONNX bias: label = argmax of probs",
-            "simple_min_confidence": conf,
-            "target_complex_recall": tc.target_complex_recall,
+            "simple_min_confidence": th.simple_min_confidence,
+            "routing_cut_p_complex": th.routing_cut_p_complex,
+            "objective": (f"complex recall >= {tc.target_routing_recall} (hard constraint, enforced as >= "
+                          f"{tc.split_recall} on the threshold split for a margin); within it, the fewest simple "
+                          "requests sent to the cloud"),
+            "split_recall": tc.split_recall,
+            "chosen_on": th.chosen_on,
             "target_routing_recall": tc.target_routing_recall,
         },
         "training_data": {
@@ -397,24 +445,36 @@ def train_intent(
             "labels": dict(sorted(Counter(r.label for r in train).items())),
             "skipped_multi_turn": report.skipped_multi_turn,
             "skipped_duplicates": report.skipped_duplicates,
-            "dev_rule": f"sha256(normalised text)[:8] as int % 100 < {ds.DEV_PERCENT}",
+            "left_out_as_threshold_rows": overlap,
+            "left_out_as_held_out_rows": n_excluded,
+            "held_out_files": [Path(f).name for f in ds.expand_paths(exclude_data, include_test_files=True)]
+            if exclude_data else [],
+            "dev_rule": (f"sha256(normalised text)[:8] as int % 100 < {ds.DEV_PERCENT}" if use_dev
+                         else "none: the threshold split is the dev set"),
         },
         "metrics": {},
     }
     # Written now so the dev metrics below come from loading the files exactly as the kiosk will.
     _write_card(card, out)
 
-    oof_pred = ["complex" if p >= 0.5 else "simple" for p in oof_shifted]
-    metrics: dict = {
-        "out_of_fold": summarize(train_labels, oof_pred),
-        "out_of_fold_routing": routing_recall(train_labels, oof_shifted, conf),
-    }
+    metrics: dict = {}
+    if oof is not None:
+        oof_shifted = _shift(oof, th.decision_p_complex)
+        metrics["out_of_fold"] = summarize(train_labels, ["complex" if p >= 0.5 else "simple" for p in oof_shifted])
+        metrics["out_of_fold_routing"] = routing_recall(train_labels, oof_shifted, th.simple_min_confidence)
+    if held_rows:
+        shifted = _shift(held_p, th.decision_p_complex)
+        metrics["threshold_split"] = {
+            "files": [Path(f).name for f in held_files],
+            "routing": _routing_report(held_rows, shifted, th.simple_min_confidence),
+        }
+        log(f"threshold split: {metrics['threshold_split']['routing']['all']}")
     if dev:
         clf = IntentClassifier.load(out, providers=["CPUExecutionProvider"])
         probs = [clf.predict_proba(r.text)["complex"] for r in dev]
         dev_pred = ["complex" if p >= 0.5 else "simple" for p in probs]
         metrics["dev"] = summarize([r.label for r in dev], dev_pred)
-        metrics["dev_routing"] = routing_recall([r.label for r in dev], probs, conf)
+        metrics["dev_routing"] = routing_recall([r.label for r in dev], probs, th.simple_min_confidence)
         metrics["dev_per_language"] = _by_language(dev, dev_pred)
         log(
             f"dev: n={len(dev)} accuracy={metrics['dev']['accuracy']:.4f} "

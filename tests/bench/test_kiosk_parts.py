@@ -5,9 +5,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 from bench.kiosk_gateway import render_toml
-from bench.kiosk_stats import Prices, RequestResult, evaluate_targets, p99_floor_s, percentiles, summarize
+from bench.kiosk_stats import Prices, RequestResult, evaluate_targets, p99_floor_s, summarize
 from bench.kiosk_traffic import TrafficConfig, build_traffic, load_pools, traffic_summary
+from bench.percentile import percentile, percentiles
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -70,6 +73,19 @@ def test_percentiles_are_ordered_and_empty_is_none() -> None:
     p = percentiles([5.0, 0.1, 3.0, 2.0, 9.0, 0.4])
     assert p["p50"] <= p["p95"] <= p["p99"] <= 9.0
     assert percentiles([]) == {"p50": None, "p95": None, "p99": None}
+
+
+def test_bench_percentile_is_numpys_linear() -> None:
+    """The benchmarks' one convention: numpy's default (linear, Hyndman and Fan type 7)."""
+    import numpy as np
+
+    rng = np.random.default_rng(5)
+    for n in (1, 2, 7, 100, 1001):
+        values = rng.lognormal(0, 1, n).tolist()
+        for q in (0, 2.5, 50, 90, 95, 97.5, 99, 100):
+            assert percentile(values, q) == pytest.approx(float(np.percentile(values, q)), rel=1e-12)
+    with pytest.raises(ValueError):
+        percentile([1.0], 101)
 
 
 def test_targets_compare_hybrid_with_all_cloud() -> None:

@@ -68,11 +68,14 @@ def test_no_store_and_bypass_leave_the_cache_alone(cache: AnswerCache) -> None:
     assert recall(cache, ask(Q, cache_header="bypass")) is None
 
 
-def test_no_cache_refreshes(cache: AnswerCache) -> None:
+def test_no_cache_answers_fresh_but_overwrites_only_as_admin(cache: AnswerCache) -> None:
     remember(cache, ask(Q), "old answer")
     refresh = ask(Q, cache_control="no-cache")
     assert recall(cache, refresh) is None  # answered fresh ...
-    assert remember(cache, refresh, "new answer")  # ... and the fresh answer replaces the old
+    assert not remember(cache, refresh, "a client's answer")  # ... but a client cannot overwrite
+    assert recall(cache, ask(Q)).text == "old answer"
+    admin = ask(Q, cache_control="no-cache", cache_admin=True)
+    assert remember(cache, admin, "new answer")  # the admin token may refresh the shared answer
     assert recall(cache, ask(Q)).text == "new answer"
 
 

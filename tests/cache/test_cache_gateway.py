@@ -65,18 +65,22 @@ def test_faq_answer_streamed_as_many_sse_chunks(gateway) -> None:
     assert len(deltas) >= 10  # replayed like a model, not one blob
 
 
+# A request that surely stops: only answers that end by themselves are cached, and a stop sequence
+# at the end of the first sentence (or line) ends it long before max_tokens.
+SURELY_STOPS = {"max_tokens": 128, "stop": [".", "\n", "!"]}
+
+
 def test_miss_then_hit_with_the_same_text(gateway) -> None:
     question = "Reply with the single word yes."
-    first = _chat(gateway, question, max_tokens=48)
+    first = _chat(gateway, question, **SURELY_STOPS)
     assert first.headers["x-edgecloud-route"] == "edge"
     text = first.parse().choices[0].message.content
-    if first.parse().choices[0].finish_reason != "stop":
-        pytest.skip(f"the model ran out of tokens ({text!r}): such answers are (rightly) not cached")
-    second = _chat(gateway, "reply with the single word YES", max_tokens=48)
+    assert first.parse().choices[0].finish_reason == "stop", text
+    second = _chat(gateway, "reply with the single word YES", **SURELY_STOPS)
     assert second.headers["x-edgecloud-route"] == "cache"
     assert second.headers["x-edgecloud-cache"] == "hit"
     assert second.parse().choices[0].message.content == text
-    streamed = _chat(gateway, question, stream=True, max_tokens=48)
+    streamed = _chat(gateway, question, stream=True, **SURELY_STOPS)
     assert streamed.headers["x-edgecloud-cache"] == "hit"
     assert "".join(c.choices[0].delta.content or "" for c in streamed.parse() if c.choices) == text
 
@@ -116,18 +120,31 @@ def test_admin_stats_faq_upload_and_purge(gateway) -> None:
     assert _chat(gateway, "Cash machine?", max_tokens=4).headers["x-edgecloud-route"] != "cache"
 
 
-def test_cli_talks_to_the_gateway(gateway, capsys, tmp_path: Path) -> None:
-    assert cli_main(["cache", "--url", gateway.base_url, "--token", TOKEN, "stats"]) == 0
+def test_cli_talks_to_the_gateway(gateway, capsys, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("EDGECLOUD_SERVER_ADMIN_TOKEN", TOKEN)
+    assert cli_main(["cache", "--url", gateway.base_url, "stats"]) == 0
     assert "hit_ratio" in json.loads(capsys.readouterr().out)
     pack = tmp_path / "lockers.json"
     pack.write_text(json.dumps([{"question": "Where are the lockers?", "answer": "Level B1."}]))
-    assert cli_main(["cache", "--url", gateway.base_url, "--token", TOKEN, "load-faq", str(pack)]) == 0
+    assert cli_main(["cache", "--url", gateway.base_url, "load-faq", str(pack)]) == 0
     assert json.loads(capsys.readouterr().out)["loaded"] == 1
-    assert cli_main(["cache", "--url", gateway.base_url, "--token", "nope", "purge"]) == 1
+    wrong = tmp_path / "wrong-token"
+    wrong.write_text("nope\n")
+    assert cli_main(["cache", "--url", gateway.base_url, "--token-file", str(wrong), "purge"]) == 1
     assert "401" in capsys.readouterr().err
-    assert cli_main(["cache", "--url", gateway.base_url, "--token", TOKEN, "purge",
+    right = tmp_path / "token"
+    right.write_text(TOKEN + "\n")
+    monkeypatch.delenv("EDGECLOUD_SERVER_ADMIN_TOKEN")
+    assert cli_main(["cache", "--url", gateway.base_url, "--token-file", str(right), "purge",
                      "--prefix", "where are the lockers", "--faq"]) == 0
     assert json.loads(capsys.readouterr().out)["purged"] == 1
+
+
+def test_cli_refuses_a_token_on_the_command_line(gateway, capsys) -> None:
+    """A token in argv is readable by every local user (ps, /proc/PID/cmdline): refused before any request."""
+    assert cli_main(["cache", "--url", gateway.base_url, "--token", TOKEN, "stats"]) == 2
+    err = capsys.readouterr().err
+    assert "--token-file" in err and TOKEN not in err
 
 
 def test_zz_a_damaged_cache_file_never_fails_a_request(gateway) -> None:

@@ -22,6 +22,10 @@ CONFIG = CacheConfig(default_ttl_s=600)
     ("max-age=abc", False, False, None),
     ("max-age=-5", False, False, None),
     ("private, max-age=10, max-age=5", False, False, 5.0),
+    ("max-age=1" + "0" * 400, False, False, None),  # would overflow float(): ignored, not a 500
+    ("max-age=" + "9" * 5000, False, False, None),  # past int()'s digit limit
+    ("max-age=1e9", False, False, None),
+    ("max-age=315360000", False, False, 315360000.0),
 ])
 def test_parse_cache_control(header, no_store, no_cache, max_age) -> None:
     cc = parse_cache_control(header)
@@ -31,9 +35,11 @@ def test_parse_cache_control(header, no_store, no_cache, max_age) -> None:
 @pytest.mark.parametrize(("fields", "read", "write", "reason"), [
     ({}, True, True, "ok"),
     ({"cache_control": "no-store"}, False, False, "no-store"),
-    ({"cache_control": "no-cache"}, False, True, "no-cache"),
+    ({"cache_control": "no-cache"}, False, False, "no-cache"),  # refresh only where allowed
     ({"cache_header": "bypass"}, False, False, "bypass-header"),
-    ({"cache_header": "refresh"}, False, True, "no-cache"),
+    ({"cache_header": "refresh"}, False, False, "no-cache"),
+    ({"cache_header": "refresh", "cache_admin": True}, False, True, "no-cache"),
+    ({"cache_control": "no-cache", "cache_admin": True}, False, True, "no-cache"),
     ({"cache_control": "max-age=0"}, False, False, "max-age-0"),
     ({"has_tools": True}, False, False, "tools"),
     ({"has_images": True}, False, False, "unsupported-content"),
@@ -55,6 +61,28 @@ def test_max_age_sets_ttl_and_limits_reads() -> None:
     policy = decide_policy(ask("hi there", cache_control="max-age=30"), CONFIG)
     assert policy.ttl_s == 30 and policy.max_age_s == 30 and policy.read and policy.write
     assert decide_policy(ask("hi there"), CONFIG).ttl_s == 600
+
+
+def test_max_age_never_exceeds_max_ttl() -> None:
+    ten_years = decide_policy(ask("hi there", cache_control="max-age=315360000"), CONFIG)
+    assert ten_years.ttl_s == CONFIG.max_ttl_s and ten_years.write
+    capped = CacheConfig(default_ttl_s=600, max_ttl_s=60)
+    assert decide_policy(ask("hi there"), capped).ttl_s == 60
+    assert decide_policy(ask("hi there", cache_control="max-age=30"), capped).ttl_s == 30
+
+
+def test_operator_may_allow_client_refresh() -> None:
+    allowed = CacheConfig(allow_client_refresh=True)
+    policy = decide_policy(ask("hi there", cache_control="no-cache"), allowed)
+    assert not policy.read and policy.write
+
+
+def test_huge_questions_skip_the_key_work() -> None:
+    policy = decide_policy(ask("x" * (CONFIG.max_question_chars + 1)), CONFIG)
+    assert (policy.read, policy.write, policy.reason) == (False, False, "too-long")
+    policy = decide_policy(ask("hi there", system="s" * (CONFIG.max_system_prompt_chars + 1)), CONFIG)
+    assert policy.reason == "too-long"
+    assert decide_policy(ask("hi there", system="s" * 8000), CONFIG).write  # a long kiosk prompt is fine
 
 
 def test_operator_may_allow_high_temperature() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -21,6 +22,8 @@ _RANGE_RE = re.compile(r"^bytes=(\d+)-(\d*)$")
 class Faults:
     cut_once: dict[str, int] = field(default_factory=dict)   # path suffix -> bytes before closing
     endless: set[str] = field(default_factory=set)           # path suffixes served with extra data
+    drip: dict[str, float] = field(default_factory=dict)     # path suffix -> seconds between single bytes
+    gzip: set[str] = field(default_factory=set)              # path suffixes sent gzip-encoded regardless
     requests: list[tuple[str, str | None]] = field(default_factory=list)
 
 
@@ -59,6 +62,29 @@ class _Handler(BaseHTTPRequestHandler):
                 self.wfile.write(body)
                 for _ in range(200):  # "endless": far more than declared, until the client hangs up
                     self.wfile.write(b"\0" * 65536)
+            except OSError:
+                pass
+            return
+        if any(path.endswith(s) for s in faults.gzip):
+            import gzip
+
+            packed = gzip.compress(body)
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(packed)))
+            self.send_header("Content-Encoding", "gzip")
+            self.end_headers()
+            self.wfile.write(packed)
+            return
+        drip = next((delay for s, delay in faults.drip.items() if path.endswith(s)), None)
+        if drip is not None:  # a mirror that drips: each byte in time for the read timeout, never done
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            try:
+                for i in range(len(body)):
+                    self.wfile.write(body[i:i + 1])
+                    self.wfile.flush()
+                    time.sleep(drip)
             except OSError:
                 pass
             return

@@ -4,7 +4,6 @@ and the admin endpoints on a real uvicorn server."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -16,6 +15,7 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
+from bench.local_run import free_port
 from edge.errors import APIError
 from edge.update_routes import update_router
 from models.fleet.agent import UpdateAgent
@@ -129,12 +129,6 @@ class BlockingActivator(RecordingActivator):
         await super().activate(version)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def admin_app(operator: Operator, server: RangeServer, tmp_path: Path) -> Iterator[tuple[str, UpdateAgent]]:
     activator = BlockingActivator()
@@ -159,7 +153,7 @@ def admin_app(operator: Operator, server: RangeServer, tmp_path: Path) -> Iterat
         holder["agent"] = make_agent(operator, server, tmp_path / "device", activator=activator)
 
     app.include_router(update_router(lambda: holder.get("agent"), require_admin))
-    port = _free_port()
+    port = free_port()
     uv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=uv.run, daemon=True)
     thread.start()

@@ -118,7 +118,7 @@ def test_prompt_longer_than_context(tmp_path, embedded_model):
 def test_truncated_body_does_not_hang(edge_gateway):
     host, port = edge_gateway.base_url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=30) as s:
-        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                   b"Content-Length: 100\r\n\r\n{\"messages\":")
         s.shutdown(socket.SHUT_WR)
         data = s.recv(65536)

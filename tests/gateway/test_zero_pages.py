@@ -162,3 +162,86 @@ def test_a_hot_swap_releases_the_new_context_too() -> None:
         await edge.aclose()
 
     asyncio.run(scenario())
+
+
+@needs_model
+@cpu_build
+def test_other_threads_buffers_survive_a_release_during_their_writes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another thread loads and writes while a context is created: the classifier loads beside the model,
+    a hot swap loads while generation runs. Its new buffers are resident and zero at the moment of the
+    release (the worst case: they look like a cleared KV cache), and it keeps writing to them throughout.
+    The release must take only the KV cache: the other thread's pages stay resident and every value it
+    wrote reads back."""
+    import threading
+
+    from models.intent.runtime import IntentClassifier
+
+    started, stop = threading.Event(), threading.Event()
+    mine: list[tuple[mmap.mmap, int]] = []
+    lost: list[str] = []
+    original_snapshot = zero_pages.snapshot
+
+    def snapshot_then_allocate(*args, **kwargs):  # the other thread allocates right after the snapshot
+        taken = original_snapshot(*args, **kwargs)
+        started.set()
+        while len(mine) < 2:
+            stop.wait(0.005)
+        return taken
+
+    def other_loader() -> None:
+        started.wait(60)
+        for _ in range(2):
+            region, address = _private_anonymous(16 * MIB)
+            region[:] = bytes(16 * MIB)  # resident zeros, as a cleared buffer
+            mine.append((region, address))
+        IntentClassifier.load(None)  # a real load beside the model's, as in the gateway's lifespan
+        rounds = 0
+        written = mine[1][0]  # the first region stays all zero; the second is written all along
+        while not stop.is_set() or rounds < 3:
+            for region in (written,):  # write a value to every 64th page, then read them all back
+                for page in range(0, 16 * MIB, 64 * PAGE):
+                    region[page] = rounds % 250 + 1
+                for page in range(0, 16 * MIB, 64 * PAGE):
+                    if region[page] != rounds % 250 + 1:
+                        lost.append(f"round {rounds}, page {page // PAGE}")
+            rounds += 1
+
+    monkeypatch.setattr(zero_pages, "snapshot", snapshot_then_allocate)
+    thread = threading.Thread(target=other_loader)
+    thread.start()
+
+    async def scenario() -> int:
+        edge = LocalModel(EdgeModelConfig(n_ctx=2048))
+        await edge.load()
+        assert edge.model is not None, edge.load_error
+        released = edge.model.kv_bytes_released
+        await edge.aclose()
+        return released
+
+    try:
+        released = asyncio.run(scenario())
+    finally:
+        stop.set()
+        thread.join(120)
+    assert not lost, lost[:5]
+    # Exactly the KV cache was given back (34.5 MiB here), and none of the other thread's 32 MiB.
+    assert released >= 30 * MIB and released <= 36 * MIB
+    for region, address in mine:
+        assert all(_resident_pages(address, 16 * MIB)), "the release dropped another thread's pages"
+        region.close()
+
+
+def test_release_takes_only_runs_of_the_expected_size() -> None:
+    before = zero_pages.anonymous_mappings()
+    kv, other = _private_anonymous(12 * MIB), _private_anonymous(8 * MIB)
+    try:
+        for region, _ in (kv, other):
+            region[:] = bytes(len(region))
+            region[0:8] = b"mallochd"  # as the allocator's chunk header starts each of its mappings
+        released = zero_pages.release_new_zero_runs(before, min_run=4 * MIB, expected_bytes=12 * MIB)
+        assert released == 12 * MIB - PAGE
+        assert all(_resident_pages(other[1], 8 * MIB))  # the 8 MiB buffer is someone else's
+        assert not any(_resident_pages(kv[1], 12 * MIB)[1:])
+    finally:
+        kv[0].close()
+        other[0].close()

@@ -79,13 +79,38 @@ def test_directories_skip_test_files() -> None:
     assert "kiosk_test.jsonl" in [p.name for p in ds.expand_paths([DATA], include_test_files=True)]
 
 
-def test_kiosk_test_set_never_overlaps_training_data() -> None:
-    train_rows, _ = ds.load_rows(ds.expand_paths([DATA]))
-    test_rows, _ = ds.load_rows([DATA / "kiosk_test.jsonl"])
-    train_keys = {ds.text_key(r.text) for r in train_rows}
-    assert not [r.text for r in test_rows if ds.text_key(r.text) in train_keys]
-    assert {r.lang for r in test_rows} >= {"en", "zh"}
-    assert {r.label for r in test_rows} == {"simple", "complex"}
+def test_threshold_and_held_out_texts_are_never_trained_on(sample: Path, tmp_path: Path) -> None:
+    """Short kiosk phrases recur across independently written files ("Who are you?"), so the trainer drops
+    every text of the threshold split and of the held-out set from its training rows, and every held-out
+    text from the threshold split."""
+    rows, _ = ds.load_rows([sample])
+    picked = rows[:6]
+    threshold = tmp_path / "threshold.jsonl"
+    held_out = tmp_path / "held_out_test.jsonl"
+    line = lambda r: json.dumps({"text": r.text, "label": r.label, "lang": r.lang})  # noqa: E731
+    threshold.write_text("\n".join(line(r) for r in picked[:4]) + "\n", encoding="utf-8")
+    held_out.write_text("\n".join(line(r) for r in picked[3:6]) + "\n", encoding="utf-8")
+    out = tmp_path / "model"
+    assert _run(["models", "train-intent", "--data", str(sample), "--out", str(out), "--no-source-holdout",
+                 "--threshold-data", str(threshold), "--exclude-data", str(held_out)]) == 0
+    card = json.loads((out / "card.json").read_text())
+    assert card["training_data"]["left_out_as_threshold_rows"] == 3  # the fourth is a held-out text
+    assert card["training_data"]["left_out_as_held_out_rows"] == 3
+    assert card["metrics"]["threshold_split"]["routing"]["all"]["n"] == 3
+    # With a threshold split, that split is the dev set: every other row is trained on.
+    assert card["training_data"]["sha256"] == ds.digest(rows[6:])
+    assert card["training_data"]["dev_rule"].startswith("none")
+    assert card["thresholds"]["chosen_on"] == "threshold.jsonl"
+
+
+def test_shipped_evaluation_files_hold_both_languages_and_labels() -> None:
+    for path in (DATA / "kiosk_test.jsonl", DATA / "heldout" / "kiosk_heldout_test.jsonl",
+                 DATA / "threshold" / "kiosk_dev.jsonl"):
+        rows, _ = ds.load_rows([path])
+        assert {r.lang for r in rows} >= {"en", "zh"}
+        assert {r.label for r in rows} == {"simple", "complex"}
+    # Directories given to the trainer never expand into the evaluation folders.
+    assert not [p for p in ds.expand_paths([DATA]) if p.parent != DATA]
 
 
 def test_missing_data_is_a_clean_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

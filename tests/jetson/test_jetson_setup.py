@@ -302,7 +302,7 @@ def test_signed_bundle_path(make_board, tmp_path: Path) -> None:
     (repo / "metadata").mkdir(parents=True)
     (repo / "metadata" / "1.root.json").write_text(json.dumps({"signed": {"_type": "root"}}))
 
-    proc = board.install("--bundle", str(repo), FAKE_BUNDLE_CMD="1")
+    proc = board.install("--bundle", str(repo), "--trust-bundle-root", FAKE_BUNDLE_CMD="1")
 
     update = next(c["argv"] for c in board.calls() if c["cmd"] == "venv-edgecloud" and "--once" in c["argv"])
     assert update[:2] == ["models", "update"]
@@ -325,10 +325,26 @@ def test_bundle_refused_clearly_when_the_updater_is_missing(make_board, tmp_path
     (repo / "metadata").mkdir(parents=True)
     (repo / "metadata" / "1.root.json").write_text("{}")
 
-    proc = board.run("--yes", "--port", str(board.port), "--bundle", str(repo))
+    proc = board.run("--yes", "--port", str(board.port), "--bundle", str(repo), "--trust-bundle-root")
 
     assert proc.returncode == 2
     assert "no 'edgecloud models update' command" in proc.stderr
+
+
+def test_bundle_dir_does_not_vouch_for_itself(make_board, tmp_path: Path) -> None:
+    """A bundle's own root would accept anything signed with the keys of whoever made the bundle: without
+    --trusted-root it is taken only when the operator names trust on first use."""
+    board = make_board("jp6-16gb")
+    repo = tmp_path / "published"
+    (repo / "metadata").mkdir(parents=True)
+    (repo / "metadata" / "1.root.json").write_text(json.dumps({"signed": {"_type": "root"}}))
+
+    proc = board.run("--yes", "--port", str(board.port), "--bundle", str(repo), FAKE_BUNDLE_CMD="1")
+
+    assert proc.returncode == 2
+    assert "--trust-bundle-root" in proc.stderr and "--trusted-root" in proc.stderr
+    assert not board.path("/etc/edgecloud/trusted-root.json").exists()
+    assert not any(c["cmd"] == "venv-edgecloud" and "--once" in c["argv"] for c in board.calls())
 
 
 def test_bundle_url_needs_a_trusted_root(make_board) -> None:

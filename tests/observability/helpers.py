@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -14,6 +13,7 @@ from typing import Any
 import uvicorn
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench.local_run import free_port
 from cloud_bridge.client import CallRecord
 from cloud_bridge.timings import CallTimings
 from edge.config import Settings
@@ -102,12 +102,6 @@ def metric_values(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], fl
 
 def value(values: dict, name: str, **labels: str) -> float:
     return values.get((name, tuple(sorted(labels.items()))), 0.0)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextlib.contextmanager

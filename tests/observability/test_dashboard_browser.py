@@ -1,6 +1,6 @@
 """Headless Chromium opens the dashboard after traffic: the charts show what /metrics shows.
 
-Debian's ``chromium`` is installed by this test's set-up when missing (root and apt needed);
+Debian's ``chromium`` is installed by ``make test``'s set-up when missing (root and apt needed);
 without it the test is skipped with the reason. A screenshot is saved under bench/results/.
 """
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from .browser import Elements, browser, chromium
+from .browser import INSTALL_HINT, Elements, browser, find_chromium
 from .helpers import metric_values, value
 
 pytestmark = pytest.mark.slow
@@ -52,16 +52,16 @@ def test_real_gateway_traffic_shows_up_everywhere(tmp_path: Path, embedded_model
 
         # The SLA minute and usage reach the store when the minute is rolled up.
         obs = gw.services.obs
-        rows = gw.call(obs.flush(final=True))
-        (edge_row,) = [r for r in rows if (r.scope, r.name) == ("route", "edge")]
-        assert edge_row.requests == 4 and edge_row.availability == 1.0
+        gw.call(obs.flush(final=True))
+        # The four requests may straddle a minute (slow answers on a loaded machine): count every edge row.
+        edge_rows = [r.data for r in obs.store.query(kinds=("route",)) if r.name == "edge"]
+        assert sum(r["requests"] for r in edge_rows) == 4 and all(r["availability"] == 1.0 for r in edge_rows)
         stored = obs.store.query(kinds=("usage",))
         assert sum(r.data["requests"] for r in stored if r.name == "edge") == 4
 
-        try:
-            exe = chromium()
-        except pytest.skip.Exception:
-            return
+        exe = find_chromium()
+        if exe is None:  # everything above was checked; say plainly that the page was not
+            pytest.skip(f"dashboard page not checked: {INSTALL_HINT}")
         dom = browser(exe, tmp_path / "profile", "--dump-dom", f"{gw.base_url}/")
         assert dom.returncode == 0, dom.stderr[-2000:]
     page = Elements()

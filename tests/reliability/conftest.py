@@ -121,7 +121,7 @@ def proc_gw(tmp_path_factory: pytest.TempPathFactory, proc_fake: FakeCloudHandle
     from bench.soak import gateway_process
 
     config = {
-        "server": {"admin_token": PROC_SECRETS["admin_token"], "max_body_bytes": 1024 * 1024},
+        "server": {"admin_token": PROC_SECRETS["admin_token"], "max_body_bytes": 1024 * 1024, "api_docs": True},
         "edge": {"default_max_tokens": 8, "max_tokens_limit": 64, "warmup": False},
         "cache": {"enabled": True},
         "cloud": cloud_section(proc_fake.base_url, api_key=PROC_SECRETS["cloud_key"]),

@@ -73,7 +73,7 @@ def _fds_back(proc_gw: Any, baseline: dict[str, float], timeout_s: float = 10.0)
 
 
 def test_declared_body_far_over_limit_is_refused_unread(proc_gw: Any, baseline: dict[str, float]) -> None:
-    head = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    head = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             b"Content-Length: 1073741824\r\n\r\n")  # 1 GiB announced, 64 KiB sent
     started = time.perf_counter()
     reply = _raw(proc_gw, head, b"{" + b" " * 65535)
@@ -89,7 +89,7 @@ def test_chunked_body_far_over_limit(proc_gw: Any, baseline: dict[str, float]) -
     frame = b"%x\r\n" % len(piece) + piece + b"\r\n"
     sent, reply = 0, b""
     with socket.create_connection(_addr(proc_gw), timeout=20) as s:
-        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                   b"Transfer-Encoding: chunked\r\n\r\n")
         with contextlib.suppress(OSError):
             while sent < 64 * 1024 * 1024:
@@ -174,7 +174,7 @@ def test_invalid_utf8(proc_gw: Any, raw: bytes) -> None:
 
 def test_invalid_utf8_in_headers(proc_gw: Any) -> None:
     body = b'{"messages":[{"role":"user","content":"hi"}]}'
-    head = (b"POST /v1/route HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    head = (b"POST /v1/route HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             b"x-request-id: \xff\xfe\xfd\r\nx-edgecloud-route: \xc3\x28\r\nContent-Length: %d\r\n\r\n" % len(body))
     reply = _raw(proc_gw, head, body)
     assert reply[:12] in (b"HTTP/1.1 200", b"HTTP/1.1 400"), reply[:200]
@@ -201,7 +201,7 @@ def test_slowloris_headers_do_not_block_others(proc_gw: Any, baseline: dict[str,
     socks: list[socket.socket] = []
     for _ in range(50):
         s = socket.create_connection(_addr(proc_gw), timeout=5)
-        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n")
         socks.append(s)
 
     def dribble() -> None:
@@ -235,7 +235,7 @@ def test_slow_body_is_cut_at_the_read_deadline(proc_gw: Any, baseline: dict[str,
 
     def slow_client() -> None:
         with socket.create_connection(_addr(proc_gw), timeout=40) as s:
-            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                       b"Content-Length: 1000\r\n\r\n")
             s.settimeout(1.0)
             data = b""

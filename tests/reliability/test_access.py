@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def admin_gw(tmp_path_factory: pytest.TempPathFactory, embedded_model: Path) -> Iterator[GatewayHandle]:
-    settings = make_settings(tmp_path_factory.mktemp("admin"), server={"admin_token": TOKEN},
+    settings = make_settings(tmp_path_factory.mktemp("admin"), server={"admin_token": TOKEN, "api_docs": True},
                              edge={"warmup": False})
     with run_gateway(settings) as gw:
         yield gw
@@ -80,7 +80,7 @@ def test_admin_accepts_the_right_token(admin_gw: GatewayHandle) -> None:
 
 
 def test_admin_disabled_without_a_configured_token(tmp_path: Path, embedded_model: Path) -> None:
-    settings = make_settings(tmp_path, edge={"warmup": False}, cache={"enabled": True})
+    settings = make_settings(tmp_path, server={"api_docs": True}, edge={"warmup": False}, cache={"enabled": True})
     with run_gateway(settings, wait_ready=False) as gw:
         for method, path in _admin_routes(gw.base_url):
             for headers in ({}, {"authorization": "Bearer"}, {"authorization": "Bearer anything"}):
@@ -155,7 +155,7 @@ def test_cors_off_by_default(admin_gw: GatewayHandle) -> None:
     r = _preflight(admin_gw.base_url, "https://evil.example")
     assert "access-control-allow-origin" not in r.headers
     r = httpx.get(admin_gw.base_url + "/v1/models", headers={"origin": "https://evil.example"}, timeout=10)
-    assert r.status_code == 200 and "access-control-allow-origin" not in r.headers
+    assert r.status_code == 403 and "access-control-allow-origin" not in r.headers  # edge/http_guard.py
 
 
 def test_cors_only_for_configured_origins(tmp_path: Path, embedded_model: Path) -> None:
@@ -170,7 +170,9 @@ def test_cors_only_for_configured_origins(tmp_path: Path, embedded_model: Path) 
         assert r.headers.get("access-control-allow-origin") != "https://evil.example"
         assert r.headers.get("access-control-allow-origin") != "*"
         r = httpx.get(gw.base_url + "/v1/models", headers={"origin": "https://evil.example"}, timeout=10)
-        assert "access-control-allow-origin" not in r.headers
+        assert r.status_code == 403 and "access-control-allow-origin" not in r.headers
+        r = httpx.get(gw.base_url + "/v1/models", headers={"origin": allowed}, timeout=10)
+        assert r.status_code == 200 and r.headers["access-control-allow-origin"] == allowed
 
 
 # --------------------------------------------------------------------------- secrets never leave

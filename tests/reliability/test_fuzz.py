@@ -53,7 +53,7 @@ def fuzz_gw(tmp_path_factory: pytest.TempPathFactory, embedded_model: Path,
     """Short answers (max_tokens <= 4) so hundreds of valid chat requests stay cheap."""
     settings_ = make_settings(
         tmp_path_factory.mktemp("fuzz"),
-        server={"admin_token": ADMIN_TOKEN},
+        server={"admin_token": ADMIN_TOKEN, "api_docs": True},
         edge={"max_tokens_limit": 4, "default_max_tokens": 4, "max_queue": 4},
         cloud=cloud_section(fake_cloud.base_url),
     )

@@ -124,6 +124,21 @@ def test_route_endpoint_explains_without_generating(gw, fake):
     assert gw.services.edge.generations_started == before and fake.state.chat_attempts == 0
 
 
+@pytest.mark.parametrize("text", [
+    "Hi! We drove four hours to get here, the kids slept the whole way and now they are wide awake and want "
+    "to see everything at once, and my husband is already complaining about his feet. Where is the aquarium?",
+    "你好，我们刚从外地过来，开了三个小时的车，孩子在车上睡了一路，现在精神得很，我老公已经在喊脚疼了。请问水族馆在哪里？",
+])
+def test_route_keeps_a_chatty_simple_question_on_the_edge_and_names_its_threshold(gw, fake, text):
+    """What a kiosk app sees from POST /v1/route with a cloud configured: the device answers, and the decision
+    says which threshold applied and where it came from (the classifier's card)."""
+    out = httpx.post(gw.base_url + "/v1/route", json={"messages": [{"role": "user", "content": text}]}).json()
+    assert (out["route"], out["label"]) == ("edge", "simple"), out
+    card = gw.services.classifier.card["thresholds"]
+    assert out["threshold"] == card["simple_min_confidence"]
+    assert out["threshold_source"].startswith("model card") and "complex recall" in out["threshold_source"]
+
+
 def test_cloud_failing_before_first_token_falls_back_to_the_edge(gw, fake):
     fake.set_fault("status", fault_status=503)
     convo = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"},

@@ -1,0 +1,39 @@
+"""What every benchmark and test needs to start a gateway on this machine: a port and a config file.
+
+``free_port`` asks the kernel for an unused loopback port (bound and released at once; the short
+race with another process is accepted in benchmarks and tests, never in the product).
+``render_toml`` writes a config tree with ``tomli-w`` (the reader's twin: what ``tomllib``
+reads back is what was written); paths become strings, ``None`` values are left out because
+TOML has no null and the gateway's defaults stand in for them.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+
+def free_port() -> int:
+    """An unused TCP port on 127.0.0.1."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items() if v is not None}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def render_toml(tree: Mapping[str, Any]) -> str:
+    """``{"server": {...}, "cloud": {"providers": [{...}]}}`` -> TOML text."""
+    return tomli_w.dumps(_plain(tree))
