@@ -68,9 +68,10 @@ class EdgeModelConfig(BaseModel):
     n_ubatch: int = 512
     n_gpu_layers: int = 0  # -1 = every layer (the Jetson default)
     # Continuous batching (edge/batch_runner.py): this many requests are answered at once, each in its
-    # own slot of n_ctx tokens (n_ctx is per slot). 1 = the one-at-a-time runner. The default is chosen by
-    # measurement (README: bench/edge_concurrency.py); jetson/profiles.conf sets it per memory size.
-    parallel: int = Field(default=4, ge=1, le=64)
+    # own slot of n_ctx tokens (n_ctx is per slot). 1 = the one-at-a-time runner, the default until
+    # bench/edge_concurrency.py has measured the batched runner against llama-server on a quiet machine
+    # (README: "Continuous batching"; 4 is the candidate); jetson/profiles.conf sets it per memory size.
+    parallel: int = Field(default=1, ge=1, le=64)
     # While other slots are answering, a step reads at most this many prompt tokens, so a long prompt
     # joining holds their next token up by one chunk at most.
     prefill_chunk: int = Field(default=128, ge=8)

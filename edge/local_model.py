@@ -2,7 +2,7 @@
 
 Why it is built this way:
 - A llama.cpp context is not thread-safe, and two separate generations at once only halve each
-  other's speed. With ``[edge] parallel`` > 1 (the default) the requests share one llama.cpp batch
+  other's speed. With ``[edge] parallel`` > 1 the requests share one llama.cpp batch
   per step instead (continuous batching, ``edge/batch_runner.py``); with ``parallel = 1`` one
   generation runs at a time (``Llama.generate``, described below). Either way past the slots
   requests wait, bounded: past ``max_queue`` waiters the gateway answers 503 + Retry-After at once

@@ -29,7 +29,8 @@ def test_concurrent_requests_queue_and_all_succeed(edge_gateway):
 
 @pytest.fixture(scope="module")
 def tiny_queue_gateway(tmp_path_factory, embedded_model):
-    settings = make_settings(tmp_path_factory.mktemp("tinyq"), edge={"max_queue": 1}, cache={"enabled": False})
+    settings = make_settings(tmp_path_factory.mktemp("tinyq"), edge={"max_queue": 1, "parallel": 2},
+                             cache={"enabled": False})
     with run_gateway(settings) as gw:
         yield gw
 
