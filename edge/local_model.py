@@ -201,7 +201,7 @@ class LocalModel:
                    and zero_pages.supported())
         before = zero_pages.snapshot() if lazy_kv else None
         parallel = cfg.parallel
-        # Continuous batching: one unified KV cache of n_ctx cells per slot (edge/batch_runner.py).
+        # Continuous batching: n_ctx KV cells per slot, per-slot streams or one unified cache (edge/batch_runner.py).
         params = (llama_lowlevel.context_params(parallel, cfg.kv_unified) if parallel > 1
                   else contextlib.nullcontext())
         with params:
