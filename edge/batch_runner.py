@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import codecs
 import collections
+import contextlib
 import logging
 import threading
 import time
@@ -500,8 +501,10 @@ class BatchEngine:
         for s in self.slots:
             if s.job is not None and s.job.cancel.is_set():
                 self._finish(s, "cancelled", now)
-        if any(job.cancel.is_set() for job in self.pending):
-            self.pending = collections.deque(job for job in self.pending if not job.cancel.is_set())
+        # In place: the event loop may be appending to this deque right now.
+        for job in [job for job in self.pending if job.cancel.is_set()]:
+            with contextlib.suppress(ValueError):
+                self.pending.remove(job)
 
     def _admit(self, now: float) -> None:
         while self.pending:
