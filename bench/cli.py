@@ -11,7 +11,8 @@ from pathlib import Path
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    bench = subparsers.add_parser("bench", help="benchmarks: kiosk (end to end), scale (sustained load)")
+    bench = subparsers.add_parser(
+        "bench", help="benchmarks: kiosk (end to end), scale (sustained load), knowledge (venue facts)")
     sub = bench.add_subparsers(dest="bench_command", metavar="BENCH")
     sub.required = True
 
@@ -55,6 +56,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("--quick", action="store_true", help="one worker count, two levels, 3 s each")
     s.add_argument("--out", type=Path, default=None, help="output folder (default bench/results)")
     s.set_defaults(func=run_scale, needs_extra="bench")
+
+    from bench.knowledge import register_parser as register_knowledge
+
+    register_knowledge(sub)
 
 
 def _exit_on_sigterm() -> None:

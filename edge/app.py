@@ -128,7 +128,7 @@ async def read_json_body(request: Request, limit: int, timeout_s: float = 15.0) 
 
     try:
         if sys.version_info >= (3, 11):
-            async with asyncio.timeout(timeout_s):  # no extra task per request (wait_for makes one)
+            async with asyncio.timeout(timeout_s):  # novermin (3.11 branch); no extra task per request
                 raw = await collect()
         else:  # pragma: no cover - Python 3.10
             raw = await asyncio.wait_for(collect(), timeout_s)
@@ -246,9 +246,14 @@ def create_app(settings: Settings) -> FastAPI:
         services = Services(settings)
         app.state.services = services
         await services.start()
+        from .systemd_notify import SystemdNotify
+
+        notify = SystemdNotify(services)  # READY=1 and watchdog pings under systemd; else a no-op
+        notify.start()
         try:
             yield
         finally:
+            await notify.aclose()
             await services.aclose()
 
     docs = settings.server.api_docs

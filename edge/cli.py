@@ -19,6 +19,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "edge.route_cli",          # route
     "edge.report_cli",         # sla, report
     "edge.cache_cli",          # cache (stats, purge, load-faq against a running gateway)
+    "edge.knowledge.cli",      # knowledge (check a pack; load, status, search on a gateway)
     "cloud_bridge.diagnose",   # diagnose
     "models.cli",              # models (train-intent, eval-intent, store status)
     "models.fleet.cli",        # fleet (init, build, sign, publish, verify, rotate-keys)

@@ -142,6 +142,24 @@ class CacheConfig(BaseModel):
     semantic_threshold: float = 0.90
 
 
+class KnowledgeConfig(BaseModel):
+    """Venue knowledge packs: retrieval, grounded prompts, strict "ask staff" (edge/knowledge/)."""
+
+    enabled: bool = True
+    paths: list[Path] = Field(default_factory=list)  # packs loaded at start (.md or .json)
+    # strict: a venue question with no evidence gets the operator's "ask staff" text, never a model's
+    # guess; lenient: a model answers, told that no facts were found.
+    mode: Literal["strict", "lenient"] = "strict"
+    top_k: int = Field(3, ge=1, le=10)
+    max_prompt_tokens: int = Field(320, ge=32)  # the grounding block's budget
+    min_coverage: float = Field(0.4, ge=0.0, le=1.0)  # below: no evidence
+    strong_coverage: float = Field(0.75, ge=0.0, le=1.0)  # at or above: strong evidence (edge candidate)
+    refusal: dict[str, str] = Field(default_factory=dict)  # per language; overrides the pack's wording
+    venue_terms: list[str] = Field(default_factory=list)  # extra words that make a question a venue one
+    dense: bool = False  # blend the semantic cache's MiniLM cosines in (English; ~20 ms a question)
+    uncovered_min_count: int = Field(2, ge=1)  # the dashboard lists an uncovered question once asked this often
+
+
 class SlaTarget(BaseModel):
     ttft_p99_s: float = 3.0
     availability: float = 0.999
@@ -194,6 +212,7 @@ class Settings(BaseModel):
     cache: CacheConfig = Field(default_factory=CacheConfig)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     fleet: FleetConfig = Field(default_factory=FleetConfig)
+    knowledge: KnowledgeConfig = Field(default_factory=KnowledgeConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
 
     def resolve_model_name(self, name: str | None) -> str | None:
@@ -310,6 +329,7 @@ __all__ = [
     "CloudConfig",
     "EdgeModelConfig",
     "FleetConfig",
+    "KnowledgeConfig",
     "LoggingConfig",
     "MetricsConfig",
     "ProviderConfig",

@@ -32,7 +32,11 @@ _WILDCARD_BINDS = {"0.0.0.0", "::", "[::]", ""}  # noqa: S104 - names to recogni
 _BODY_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
 JSON_TYPES = frozenset({"application/json"})
 # Routes that also take another body type (the FAQ pack upload takes CSV).
-EXTRA_BODY_TYPES: dict[str, frozenset[str]] = {"/admin/cache/faq": frozenset({"text/csv", "application/csv"})}
+EXTRA_BODY_TYPES: dict[str, frozenset[str]] = {
+    "/admin/cache/faq": frozenset({"text/csv", "application/csv"}),
+    # A Markdown knowledge pack; not a CORS-safelisted type, so a page cannot send it without a preflight.
+    "/admin/knowledge": frozenset({"text/markdown", "text/x-markdown"}),
+}
 
 
 def host_name(header: str) -> str:

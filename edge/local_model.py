@@ -153,8 +153,18 @@ class LocalModel:
         # Exponential moving average of a generation's wall time, for the router's wait estimate.
         self._avg_gen_s = 1.0
         self._avg_ttft_s = 0.1
+        # When the generation thread last showed life (a job start, a token, a heartbeat): the
+        # systemd watchdog's evidence that a CUDA call has not hung (edge/systemd_notify.py).
+        self.progress_at = time.monotonic()
 
     # ----- lifecycle -------------------------------------------------------------------------
+    def heartbeat(self) -> asyncio.Future[None]:
+        """A no-op on the generation thread: it runs only when that thread is free and alive."""
+        return asyncio.get_running_loop().run_in_executor(self._executor, self._beat)
+
+    def _beat(self) -> None:
+        self.progress_at = time.monotonic()
+
     @property
     def ready(self) -> bool:
         return self.model is not None
@@ -487,6 +497,7 @@ class LocalModel:
     def _run(self, model: LoadedModel, req: ChatRequest, job: _Job, queue_ms: float) -> None:
         """Worker thread: prefill, sample, detokenise, stop-scan; push events to the loop."""
         started = time.perf_counter()
+        self.progress_at = time.monotonic()
         llama = model.llama
         try:
             tokens = self._prompt_tokens(model, _as_dicts(req))
@@ -512,6 +523,7 @@ class LocalModel:
             )
             prev: list[int] = []
             for token in gen:
+                self.progress_at = time.monotonic()
                 if job.cancel.is_set():
                     finish = "cancelled"
                     break

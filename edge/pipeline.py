@@ -47,6 +47,7 @@ class Answer:
     degraded: str | None = None
     cache: str | None = None
     decision: Decision | None = None
+    backend_request: ChatRequest | None = None  # what the backend saw (grounded); ``request`` keys the cache
     _done: Callable[[Answer, str, Finish | None, APIError | None], None] | None = None
     _text: list[str] = field(default_factory=list)
     _finished: bool = False
@@ -116,6 +117,7 @@ class Pipeline:
         self.cache = cache
         self.observe = observe
         self.log_prompts = log_prompts
+        self.knowledge: Any | None = None  # edge.knowledge.KnowledgeBase, when venue knowledge is on
 
     # ----- state ------------------------------------------------------------------------------
     def live_state(self) -> LiveState:
@@ -130,8 +132,20 @@ class Pipeline:
             cloud_ttft_p95_s=cloud.ttft_p95_s() if cloud and cloud.enabled else None,
         )
 
-    def decide(self, req: ChatRequest) -> Decision:
-        return self.router.decide(req, self.live_state(), self.edge.count_prompt_tokens(req))
+    def decide(self, req: ChatRequest, evidence: Any = None) -> Decision:
+        if evidence is None and self.knowledge is not None:
+            evidence = self.knowledge.evidence(req.last_user_message)
+        return self.router.decide(req, self.live_state(), self.edge.count_prompt_tokens(req), evidence=evidence)
+
+    async def evidence(self, req: ChatRequest) -> Any:
+        """Venue evidence for the request: BM25 is sub-millisecond and runs here; the optional dense
+        vectors run an embedding model (tens of ms), so then it runs in a worker thread."""
+        knowledge = self.knowledge
+        if knowledge is None:
+            return None
+        if knowledge.config.dense:
+            return await asyncio.to_thread(knowledge.evidence, req.last_user_message)
+        return knowledge.evidence(req.last_user_message)
 
     def new_record(self, req: ChatRequest) -> RequestRecord:
         return RequestRecord(
@@ -175,20 +189,25 @@ class Pipeline:
                     return self._cache_answer(req, timer, record, hit)
             record.cache = "miss" if policy.read else "bypass"
 
-        decision = self.decide(req)
+        decision = self.decide(req, await self.evidence(req))
         timer.mark("route")
         record.scenario, record.label, record.confidence = decision.scenario, decision.label, decision.confidence
         if decision.error is not None:
             record.reason = decision.reason
             raise decision.error
+        if decision.knowledge_refusal:
+            return self._knowledge_answer(req, timer, record, decision)
         if decision.route == "edge":
             reject_for_edge(req)
-        route, reason, first, rest, hedged, fallback = await self._run(req, decision, timer)
+        backend_req = self._grounded(req, decision)
+        route, reason, first, rest, hedged, fallback = await self._run(backend_req, decision, timer)
         record.hedged, record.fallback = hedged, fallback
+        if backend_req is not req and not reason.startswith("knowledge:"):
+            reason = f"{reason};{decision.knowledge.rule}"
         answer = Answer(
             request=req, route=route, reason=reason, model="", timer=timer, record=record,
             first=first, rest=rest, degraded=decision.degraded if route == "edge" else None,
-            cache=record.cache, decision=decision,
+            cache=record.cache, decision=decision, backend_request=backend_req,
         )
         answer._done = lambda a, outcome, finish, error: self._finish(a, outcome, finish, error, policy)
         return answer
@@ -212,6 +231,35 @@ class Pipeline:
         answer = Answer(
             request=req, route="cache", reason=reason, model=hit.model, timer=timer, record=record,
             first=first, rest=rest, cache="hit",
+        )
+        answer._done = lambda a, outcome, finish, error: self._finish(a, outcome, finish, error, None)
+        return answer
+
+    def _grounded(self, req: ChatRequest, d: Decision) -> ChatRequest:
+        """The request with the venue facts in its system prompt (edge/knowledge), or ``req``."""
+        if d.knowledge is None or self.knowledge is None:
+            return req
+        from .knowledge.grounding import ground
+
+        return ground(req, d.knowledge, self.knowledge.config.max_prompt_tokens)
+
+    def _knowledge_answer(self, req: ChatRequest, timer: Timer, record: RequestRecord, d: Decision) -> Answer:
+        """Strict mode, a venue question, no evidence: the operator's "ask staff" text, on the device."""
+        from .cache import replay_chunks
+
+        text = d.knowledge.refusal
+        chunks = replay_chunks(text) if req.stream else [text]
+        model = "edgecloud-knowledge"
+
+        async def replay() -> Events:
+            for chunk in chunks[1:]:
+                yield TextDelta(chunk)
+            yield Finish("stop", Usage(), {}, model)
+
+        timer.mark("ttft")
+        answer = Answer(
+            request=req, route="edge", reason=d.reason, model=model, timer=timer, record=record,
+            first=TextDelta(chunks[0]), rest=replay(), cache=record.cache, decision=d,
         )
         answer._done = lambda a, outcome, finish, error: self._finish(a, outcome, finish, error, None)
         return answer
@@ -253,7 +301,7 @@ class Pipeline:
         req = answer.request
         if other == "edge":
             reject_for_edge(req)
-        first, rest = await self._first(self._backend(other), req)
+        first, rest = await self._first(self._backend(other), answer.backend_request or req)
         record = self.new_record(req)
         record.scenario, record.label, record.confidence = d.scenario, d.label, d.confidence
         record.fallback = True
@@ -263,6 +311,7 @@ class Pipeline:
             request=req, route=other, reason=f"fallback:{answer.route}-{exc.code or 'error'}", model="",
             timer=timer, record=record, first=first, rest=rest,
             degraded="cloud-unavailable" if other == "edge" else None, cache=answer.cache, decision=d,
+            backend_request=answer.backend_request,
         )
         retry._done = lambda a, outcome, finish, error: self._finish(a, outcome, finish, error, None)
         return retry

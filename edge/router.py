@@ -8,6 +8,8 @@ see why a request went where it went:
 1. caller override (model name or ``x-edgecloud-route``), unless the operator forbids it;
 2. hard rules: earlier turns, tools, images, a response schema, a prompt too long for the edge;
 3. the intent classifier's label and confidence;
+   then venue knowledge: strong evidence keeps a simple venue question on the edge, none sends it
+   away (or, in strict mode, answers with the operator's "ask staff" text);
 4. the scenario profile (realtime / generation / batch) and how it leans on borderline requests;
 5. live state: edge queue too long, edge not loaded, cloud unreachable (degraded edge answer) or
    no cloud for a request the edge must not answer (a clear 503, never a bad answer);
@@ -16,7 +18,7 @@ see why a request went where it went:
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
 
 from .config import RouterConfig
@@ -83,12 +85,16 @@ class Decision:
     degraded: str | None = None
     override: bool = False
     error: APIError | None = None
+    knowledge: Any = None  # edge.knowledge.Evidence: the passages found for a venue question
+    knowledge_refusal: bool = False  # strict mode, no evidence: the operator's "ask staff" text answers
 
     def as_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data.pop("error", None)
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("error", "knowledge")}
+        data["rules"] = list(self.rules)
         if self.error is not None:
             data["error"] = self.error.body()["error"]
+        if self.knowledge is not None:
+            data["knowledge"] = self.knowledge.as_dict()
         return data
 
 
@@ -130,9 +136,9 @@ class Router:
         name = (req.scenario_header or self.config.scenario).strip().lower()
         return PROFILES.get(name, PROFILES[self.config.scenario])
 
-    def decide(self, req: ChatRequest, live: LiveState, prompt_tokens: int) -> Decision:
+    def decide(self, req: ChatRequest, live: LiveState, prompt_tokens: int, evidence: Any = None) -> Decision:
         profile = self.scenario_for(req)
-        d = Decision(route="edge", reason="", scenario=profile.name, prompt_tokens=prompt_tokens)
+        d = Decision(route="edge", reason="", scenario=profile.name, prompt_tokens=prompt_tokens, knowledge=evidence)
         rules = d.rules
 
         # What each backend may take at all. Earlier turns and a long (but fitting) prompt go to
@@ -176,6 +182,13 @@ class Router:
                 return d
             return self._to_cloud(d, edge_incapable, live, allow_degraded=d.edge_ok)
 
+        # Strict venue knowledge: a venue question nothing in the pack answers gets the operator's
+        # "ask staff" text, whatever its difficulty: no backend knows this venue better than its pack.
+        if evidence is not None and evidence.refuse:
+            rules.append(evidence.rule)
+            d.route, d.reason, d.knowledge_refusal, d.cloud_ok = "edge", "knowledge:none:refused", True, False
+            return d
+
         # 3. The classifier (single-turn text only: hard rules caught the rest).
         borderline = False
         if self.classifier is not None:
@@ -197,6 +210,15 @@ class Router:
             rules.append("no-classifier")
             d.reason = "no-classifier"
             borderline = True
+
+        # 3b. Venue knowledge (edge/knowledge): a small additive input. Strong evidence makes a venue
+        # question a good edge candidate (the answer is in the prompt); none makes it a poor one.
+        if evidence is not None and evidence.venue:
+            rules.append(evidence.rule)
+            if evidence.strength == "strong":
+                borderline, d.reason = False, evidence.rule
+            elif evidence.strength == "none":
+                return self._to_cloud(d, "knowledge:none", live, allow_degraded=True)
 
         # 4. Scenario profile.
         if profile.long_answer_tokens and (req.max_tokens or 0) > profile.long_answer_tokens:

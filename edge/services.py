@@ -38,6 +38,7 @@ class Services:
         self.store: Any | None = None
         self.classifier: Any | None = None
         self.classifier_error: str | None = None
+        self.knowledge: Any | None = None
         self.pipeline = Pipeline(self.router, self.edge, log_prompts=settings.logging.log_prompts)
         self._tasks: list[asyncio.Task[Any]] = []
         self.loaded = asyncio.Event()
@@ -58,6 +59,10 @@ class Services:
             self._tasks.append(asyncio.create_task(self._start_cloud()))
         self.pipeline.cloud = self.cloud
         self.pipeline.cache = self.cache
+        if settings.knowledge.enabled:
+            self._init_knowledge()
+            if self.obs is not None:
+                self.obs.sources.knowledge_status = self.knowledge.status
         if self.obs is not None:
             self.pipeline.observe = self.obs.observe_request
             self.obs.bind_state(
@@ -130,6 +135,28 @@ class Services:
             except Exception as exc:
                 log.error("the installed bundle's FAQ pack was not loaded: %s", exc)
 
+    def _init_knowledge(self) -> None:
+        """Venue knowledge (edge/knowledge); its packs are indexed in ``_load_models``, off the loop."""
+        from .knowledge import KnowledgeBase
+
+        registry = self.obs.registry if self.obs is not None else None
+        self.knowledge = KnowledgeBase(self.settings.knowledge, self.cache, self.settings.cache.knowledge_version,
+                                       registry)
+        self.pipeline.knowledge = self.knowledge
+
+    async def _load_knowledge(self) -> None:
+        """Settings' packs, then the installed bundle's (the newer); a bad one is logged and skipped."""
+        if self.knowledge is None:
+            return
+        current = self.store.current() if self.store is not None else None
+        bundled = current.artifacts.get("knowledge") if current is not None else None
+        for path in [*self.settings.knowledge.paths, *([bundled] if bundled else [])]:
+            try:
+                await asyncio.to_thread(self.knowledge.load_path, Path(path))
+            except Exception as exc:
+                self.knowledge.last_error = str(exc)
+                log.error("knowledge pack %s not loaded: %s", path, exc)
+
     def _init_agent(self) -> None:
         fleet = self.settings.fleet
         from models.fleet.agent import UpdateAgent
@@ -158,7 +185,7 @@ class Services:
 
     async def _load_models(self) -> None:
         try:
-            await asyncio.gather(self.edge.load(), self._load_classifier())
+            await asyncio.gather(self.edge.load(), self._load_classifier(), self._load_knowledge())
             if self.cache is not None:
                 self.cache.set_fingerprint(self.fingerprint())
         finally:
@@ -199,6 +226,8 @@ class Services:
             await self._load_classifier(Path(artifacts["intent"]).parent)
         if artifacts.get("faq") and self.cache is not None:
             self.cache.load_faq(Path(artifacts["faq"]))
+        if artifacts.get("knowledge") and self.knowledge is not None:
+            await asyncio.to_thread(self.knowledge.load_path, Path(artifacts["knowledge"]))
         if self.cache is not None:
             self.cache.set_fingerprint(self.fingerprint())
 
@@ -223,9 +252,11 @@ class Services:
             return app.state.services
 
         from .cache import cache_admin_router
+        from .knowledge.admin import knowledge_admin_router
         from .observability import observability_router
         from .update_routes import update_router
 
         app.include_router(cache_admin_router(lambda: services().cache, require_admin))
+        app.include_router(knowledge_admin_router(lambda: services().knowledge, require_admin))
         app.include_router(observability_router(lambda: services().obs))
         app.include_router(update_router(lambda: services().agent, require_admin))

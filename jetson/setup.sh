@@ -46,8 +46,15 @@ OPT_SWAP_SIZE=""
 OPT_N_CTX=""
 OPT_PORT=""
 OPT_PYTHON=""
+OPT_REBOOT=0
+OPT_JETSON_CLOCKS=0
+OPT_WHEELHOUSE=""
+OPT_MODEL_FILE=""
+OPT_MIN_TPS=""
 ORT_INDEX=""
 READY_TIMEOUT=600
+EXIT_REBOOT=3
+ORIG_ARGS=()
 
 usage() {
   cat <<'EOF'
@@ -55,8 +62,9 @@ Usage: sudo jetson/setup.sh [options]
 
 Turns a Jetson Orin NX (8 or 16 GB, JetPack 5.1.1+ or 6.x) into a running edgecloud gateway:
 system packages, a system user, a venv with llama-cpp-python built for CUDA (sm_87), the model
-(sha256-checked), MAXN + jetson_clocks at boot, swap, /etc/edgecloud/config.toml, a hardened
-systemd service, and a closing health report.
+(sha256-checked), swap and the power mode first, /etc/edgecloud/config.toml, a hardened
+systemd service (Type=notify, watchdog), a GPU proof run as the service runs, and a closing health
+report that fails on CPU fallback, an idle GPU or tokens/s under the model's floor.
 
   --dry-run               print every step it would take; change nothing
   --yes                   do not ask for confirmation
@@ -69,6 +77,14 @@ systemd service, and a closing health report.
   --trust-bundle-root     trust on first use: take the root found inside the --bundle DIR itself
                           (only for media you made and carried yourself)
   --power-mode MODE       nvpmodel mode name or id (default MAXN; MAXN_SUPER where present)
+  --reboot                if the power mode needs a reboot, reboot and resume by itself
+                          (default: stop before building and say what to do)
+  --jetson-clocks         pin the clocks at their maximum at every boot (edgecloud-tune.service)
+  --wheelhouse DIR        install Python packages only from DIR (jetson/build-wheelhouse.sh):
+                          no compiler, no network, hashes checked
+  --model-file PATH       copy a model file brought on a drive (its sha256 must match the pin)
+  --min-tokens-per-s N    fail the health report under N decode tokens/s (default: per model and
+                          module from jetson/floors.conf; 0 turns the check off)
   --no-swap               do not create a swap file
   --no-zram               turn JetPack's zram swap off (nvzramconfig.service)
   --text-mode             boot to text mode instead of the desktop (frees ~800 MB)
@@ -76,10 +92,12 @@ systemd service, and a closing health report.
   --n-ctx N               context size (default by module)
   --port N                gateway port in a new config (default 8080; bound to 127.0.0.1)
   --python BIN            Python for the venv (default python3.10)
-  --ort-index URL|none    pip index for onnxruntime-gpu (default: Jetson AI Lab for this JetPack)
+  --ort-index URL|none    a mirror holding the pinned onnxruntime-gpu wheel (default: the Jetson
+                          AI Lab URL in jetson/locks/onnxruntime-gpu.conf); none: CPU provider
   --prefix DIR            install root for the venv and models (default /opt/edgecloud)
   --force                 continue on an unsupported board/JetPack or low disk
   --uninstall             remove what setup.sh installed and revert its tuning
+  --resume                (edgecloud-setup-resume.service) continue with the options saved by --reboot
   --purge                 with --uninstall: also remove /etc/edgecloud and /var/lib/edgecloud
   -h, --help              this text
 EOF
@@ -99,6 +117,11 @@ parse_args() {
       --trusted-root) need_arg "$@"; OPT_TRUSTED_ROOT=$2; shift ;;
       --trust-bundle-root) OPT_TRUST_BUNDLE_ROOT=1 ;;
       --power-mode) need_arg "$@"; OPT_POWER_MODE=$2; shift ;;
+      --reboot) OPT_REBOOT=1 ;;
+      --jetson-clocks) OPT_JETSON_CLOCKS=1 ;;
+      --wheelhouse) need_arg "$@"; OPT_WHEELHOUSE=${2%/}; shift ;;
+      --model-file) need_arg "$@"; OPT_MODEL_FILE=$2; shift ;;
+      --min-tokens-per-s) need_arg "$@"; OPT_MIN_TPS=$2; shift ;;
       --no-swap) OPT_NO_SWAP=1 ;;
       --no-zram) OPT_NO_ZRAM=1 ;;
       --text-mode) OPT_TEXT_MODE=1 ;;
@@ -125,6 +148,27 @@ parse_args() {
   fi
   if [ -n "$OPT_N_CTX" ] && ! [[ "$OPT_N_CTX" =~ ^[0-9]+$ ]]; then die "--n-ctx must be a number" 2; fi
   if [ -n "$OPT_PORT" ] && ! [[ "$OPT_PORT" =~ ^[0-9]+$ ]]; then die "--port must be a number" 2; fi
+  if [ -n "$OPT_MIN_TPS" ] && ! [[ "$OPT_MIN_TPS" =~ ^[0-9]+([.][0-9]+)?$ ]]; then die "--min-tokens-per-s must be a number" 2; fi
+  if [ -n "$OPT_WHEELHOUSE" ]; then
+    [ -f "$OPT_WHEELHOUSE/requirements.lock" ] || die "--wheelhouse $OPT_WHEELHOUSE has no requirements.lock (made by jetson/build-wheelhouse.sh)" 2
+    OPT_WHEELHOUSE=$(cd "$OPT_WHEELHOUSE" && pwd)
+  fi
+  if [ -n "$OPT_MODEL_FILE" ]; then
+    [ -f "$OPT_MODEL_FILE" ] || die "--model-file $OPT_MODEL_FILE not found" 2
+    if [ -n "$OPT_MODEL_URL" ] || [ -n "$OPT_BUNDLE" ]; then die "--model-file excludes --model-url and --bundle" 2; fi
+  fi
+}
+
+# --resume (from edgecloud-setup-resume.service after a --reboot): the options saved before the
+# reboot. The unit goes first, so a resumed run that fails cannot repeat at every boot.
+resume_args() {
+  local args_file
+  args_file=$(p /var/lib/edgecloud-setup/resume-args)
+  [ -f "$args_file" ] || die "--resume: no saved options in $args_file" 2
+  RESUMED_ARGS=()
+  while IFS= read -r -d '' arg; do RESUMED_ARGS+=("$arg"); done <"$args_file"
+  remove_resume_unit
+  rm -f "$args_file"
 }
 
 require_root() {
@@ -137,6 +181,12 @@ require_root() {
 main() {
   # Root may run with a strict umask; the service user must still read the venv and the model.
   umask 022
+  if [ "${1:-}" = --resume ]; then
+    resume_args
+    set -- "${RESUMED_ARGS[@]}"
+    say "Resuming after the reboot with: ${*}"
+  fi
+  ORIG_ARGS=("$@")
   parse_args "$@"
   require_root "$@"
   [ "$DRY_RUN" = 1 ] && say "DRY RUN: printing every step; nothing will be changed."
@@ -164,8 +214,19 @@ main() {
   select_model
   print_model_choice
   check_disk
+  [ -z "$OPT_WHEELHOUSE" ] || check_wheelhouse
   confirm "Install edgecloud into $PREFIX and tune this board?"
 
+  # Tuning first: the CUDA build needs the swap, and the power mode brings the cores online that
+  # the build jobs and n_threads are counted from.
+  step "Tuning the device"
+  tune_device
+  count_cpus
+  if [ "$DRY_RUN" = 1 ]; then
+    say "  cores:     counted again here, once the power mode is set (now $CPU_COUNT online)"
+  else
+    say "  cores:     $CPU_COUNT online in power mode ${POWER_MODE_NAME:-?} (build jobs and n_threads)"
+  fi
   step "System packages"
   install_packages
   step "Service user"
@@ -177,12 +238,14 @@ main() {
   ensure_onnxruntime
   step "Model"
   ensure_model
-  step "Proving the GPU is used"
+  step "Configuration and service unit"
+  write_config
+  write_service_unit
+  step "Proving the GPU is used, as the service runs"
   gpu_proof
-  step "Tuning the device"
-  tune_device
-  step "Configuration and service"
-  install_service
+  step "Starting the service"
+  start_service
+  wait_ready
   health_report
   say ""
   if [ "$DRY_RUN" = 1 ]; then say "Dry run complete: nothing was changed."; else say "Done."; fi

@@ -87,6 +87,15 @@ def call_ttft_ms(rec: object) -> float | None:
     return call_phases(rec)["first_byte"]
 
 
+def knowledge_summary(status: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The dashboard's venue-knowledge card: the pack's version, hit ratio and the operator's
+    to-do list (uncovered venue questions, already scrubbed and thresholded by the service)."""
+    if not status:
+        return None
+    return {k: status.get(k) for k in ("loaded", "mode", "name", "version", "pack_version", "facts",
+                                       "hit_ratio", "lookups", "uncovered", "last_error")}
+
+
 def merge_stored(kind: str, old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     """How a minute written twice (restart, straggler) is combined in the store."""
     if kind == "usage":
@@ -430,6 +439,7 @@ class Observability:
             "breakers": self._breakers(),
             "device": self.device.snapshot.to_dict(),
             "breaches": [b.to_dict() for b in reversed(self.monitor.recent_breaches)][:20],
+            "knowledge": knowledge_summary(safe_call(src.knowledge_status, None)),
         }
 
 

@@ -155,6 +155,22 @@
     });
   }
 
+  function drawKnowledge(k) {
+    const panel = document.getElementById("knowledge-panel");
+    if (!panel) return;
+    panel.hidden = !k;
+    if (!k) return;
+    setValue("knowledge-version", k.loaded ? (k.name + " " + k.version) : "no pack loaded", k.pack_version || "");
+    setText("knowledge-facts", String(k.facts || 0));
+    setText("knowledge-hit-ratio", pct(k.hit_ratio || 0));
+    setText("knowledge-mode", k.mode || "–");
+    setText("knowledge-error", k.last_error ? " · last load refused: " + k.last_error : "");
+    const body = document.querySelector("#knowledge-uncovered tbody");
+    clear(body);
+    (k.uncovered || []).forEach(function (u) { body.appendChild(row([u.question, String(u.count)])); });
+    if (!(k.uncovered || []).length) body.appendChild(row(["none yet", ""], "muted"));
+  }
+
   function render(d) {
     setValue("requests-total", String(d.requests.total), d.requests.total);
     setText("requests-errors", String(d.requests.errors));
@@ -183,6 +199,7 @@
     drawDevice(d.device);
     drawProviders(d.breakers, d.providers);
     drawBreaches(d.breaches);
+    drawKnowledge(d.knowledge);
     const s = document.getElementById("status");
     s.textContent = "updated " + new Date(d.generated_at * 1000).toISOString().slice(11, 19) + " UTC";
     s.setAttribute("data-generated-at", String(d.generated_at));

@@ -19,9 +19,12 @@ import re
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import psutil
+
+from .throttle import read_throttle
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +57,11 @@ class TegraSample:
     power_avg_mw: dict[str, int] = field(default_factory=dict)
 
     @property
+    def junction_c(self) -> float | None:
+        """The SoC junction temperature (``tj``), the one the throttling trip points refer to."""
+        return self.temperatures_c.get("tj")
+
+    @property
     def total_power_mw(self) -> int | None:
         """Module input power: VDD_IN where the board has it, else the sum of the measured rails."""
         if "VDD_IN" in self.power_mw:
@@ -66,6 +74,7 @@ class TegraSample:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["total_power_mw"] = self.total_power_mw
+        data["junction_c"] = self.junction_c
         return data
 
 
@@ -120,6 +129,11 @@ class DeviceSnapshot:
     tegra: TegraSample | None = None
     tegra_at: float | None = None
     tegrastats: str = "absent"  # "absent" | "running" | "stopped"
+    # Jetson only (sysfs): over-current throttle events so far, the junction's throttling point,
+    # and whether the module throttled since the previous sample (or runs at/above that point).
+    overcurrent_events: int | None = None
+    tj_throttle_c: float | None = None
+    throttled: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -135,8 +149,10 @@ def _psutil_sample() -> tuple[float, int, int, float]:
 class DeviceSampler:
     """Samples psutil every ``interval_s`` (in a worker thread) and follows ``tegrastats`` if present."""
 
-    def __init__(self, tegrastats_cmd: list[str], interval_s: float = 5.0) -> None:
+    def __init__(self, tegrastats_cmd: list[str], interval_s: float = 5.0, sysfs_root: Path = Path("/sys")) -> None:
         self.tegrastats_cmd = list(tegrastats_cmd)
+        self.sysfs_root = sysfs_root
+        self.jetson = False  # decided in start(): tegrastats on PATH
         self.interval_s = max(0.05, float(interval_s))
         self.restart_s = TEGRASTATS_RESTART_S
         self.snapshot = DeviceSnapshot()
@@ -145,9 +161,10 @@ class DeviceSampler:
 
     async def start(self) -> None:
         psutil.cpu_percent(interval=None)  # primes the counter: the first real reading is then meaningful
+        self.jetson = bool(self.tegrastats_cmd and shutil.which(self.tegrastats_cmd[0]))
         await self.sample_once()
         self._tasks.append(asyncio.create_task(self._psutil_loop(), name="device-psutil"))
-        if self.tegrastats_cmd and shutil.which(self.tegrastats_cmd[0]):
+        if self.jetson:
             self._tasks.append(asyncio.create_task(self._tegrastats_loop(), name="device-tegrastats"))
 
     async def sample_once(self) -> None:
@@ -155,6 +172,18 @@ class DeviceSampler:
         snap = self.snapshot
         snap.sampled_at, snap.cpu_percent = time.time(), cpu
         snap.memory_used_bytes, snap.memory_total_bytes, snap.memory_percent = used, total, pct
+        if self.jetson:
+            self._sample_throttle(await asyncio.to_thread(read_throttle, self.sysfs_root))
+
+    def _sample_throttle(self, reading: Any) -> None:
+        snap = self.snapshot
+        before = snap.overcurrent_events
+        snap.overcurrent_events, snap.tj_throttle_c = reading.overcurrent_events, reading.tj_throttle_c
+        tj = snap.tegra.junction_c if snap.tegra is not None else None
+        hot = tj is not None and snap.tj_throttle_c is not None and tj >= snap.tj_throttle_c
+        cut = before is not None and snap.overcurrent_events is not None and snap.overcurrent_events > before
+        known = snap.overcurrent_events is not None or snap.tj_throttle_c is not None
+        snap.throttled = (hot or cut) if known else None
 
     async def _psutil_loop(self) -> None:
         while True:

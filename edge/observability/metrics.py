@@ -254,6 +254,7 @@ class StateSources:
     # Continuous batching: (busy slots, slots) and (batch steps, tokens decoded in them) so far.
     edge_slots: Callable[[], tuple[int, int]] | None = None
     edge_batches: Callable[[], tuple[int, int]] | None = None
+    knowledge_status: Callable[[], dict[str, Any]] | None = None  # edge/knowledge: pack, hit ratio, to-do list
 
 
 # Bounded, non-secret fields of the update status that become labels of ``edgecloud_update_info``.
@@ -384,9 +385,30 @@ class StateCollector(Collector):
                 "Memory installed.",
                 value=float(snap.memory_total_bytes or 0),
             )
+        if snap.throttled is not None:
+            yield GaugeMetricFamily(
+                f"{ns}_device_throttled",
+                "1 when the Jetson throttled since the last sample (over-current) or runs at its junction trip point.",
+                value=float(snap.throttled),
+            )
+        if snap.overcurrent_events is not None:
+            yield CounterMetricFamily(
+                f"{ns}_device_overcurrent_events", "Jetson over-current throttle events since boot.",
+                value=float(snap.overcurrent_events),
+            )
+        if snap.tj_throttle_c is not None:
+            yield GaugeMetricFamily(
+                f"{ns}_device_junction_throttle_celsius", "Jetson junction temperature where throttling starts.",
+                value=snap.tj_throttle_c,
+            )
         t = snap.tegra
         if t is None:
             return
+        if t.junction_c is not None:
+            yield GaugeMetricFamily(
+                f"{ns}_device_junction_temperature_celsius", "Jetson SoC junction temperature (tj).",
+                value=t.junction_c,
+            )
         if t.gpu_load_percent is not None:
             yield GaugeMetricFamily(
                 f"{ns}_device_gpu_load_percent", "Jetson GPU (GR3D) load.", value=t.gpu_load_percent

@@ -95,8 +95,7 @@ detect_module() {
   if [ -r "$compat_file" ]; then compat=$(tr '\0' ' ' <"$compat_file"); fi
   MEM_KB=$(sed -n 's/^MemTotal:[[:space:]]*\([0-9]*\) kB/\1/p' "$(p /proc/meminfo)" 2>/dev/null | head -n 1) || true
   MEM_KB=${MEM_KB:-0}
-  CPU_COUNT=$(grep -c '^processor' "$(p /proc/cpuinfo)" 2>/dev/null) || CPU_COUNT=0
-  [ "$CPU_COUNT" -gt 0 ] || CPU_COUNT=$(nproc 2>/dev/null || echo 1)
+  count_cpus
   case "$compat" in
     *p3767-0000*) MODULE=orin-nx-16gb; return ;;
     *p3767-0001*) MODULE=orin-nx-8gb; return ;;
@@ -107,6 +106,13 @@ detect_module() {
       if [ "$MEM_KB" -gt $((12 * 1024 * 1024)) ]; then MODULE=orin-nx-16gb; else MODULE=orin-nx-8gb; fi ;;
     *) MODULE="" ;;
   esac
+}
+
+# Online cores: /proc/cpuinfo lists only those, and a lower power mode keeps some offline, so
+# this is counted again after the power mode is set (before the build's jobs and n_threads).
+count_cpus() {
+  CPU_COUNT=$(grep -c '^processor' "$(p /proc/cpuinfo)" 2>/dev/null) || CPU_COUNT=0
+  [ "$CPU_COUNT" -gt 0 ] || CPU_COUNT=$(nproc 2>/dev/null || echo 1)
 }
 
 # Free space in MB on the filesystem that will hold PATH (its nearest existing parent).
@@ -139,7 +145,7 @@ detect_all() {
 
 print_detection() {
   say "  board:     ${MODULE_NAME:-unknown} -> ${MODULE:-unsupported}"
-  say "  memory:    $((MEM_KB / 1024)) MB, $CPU_COUNT CPU cores"
+  say "  memory:    $((MEM_KB / 1024)) MB, $CPU_COUNT CPU cores online now"
   say "  L4T:       ${L4T_VERSION:-none} (JetPack ${JETPACK_VERSION:-none})"
   say "  CUDA:      ${CUDA_VERSION:-not found} at $CUDA_HOME"
 }

@@ -36,6 +36,16 @@ load_profile() {
   if [ -n "$OPT_SWAP_SIZE" ]; then SWAP_SIZE=$OPT_SWAP_SIZE; fi
   MODEL_NAME=${OPT_MODEL:-$profile_model}
   FLEET_HARDWARE="jetson-$MODULE"
+  load_floor
+}
+
+# The decode floor the health report enforces (jetson/floors.conf; --min-tokens-per-s overrides).
+MIN_TPS=""
+load_floor() {
+  local line
+  if [ -n "$OPT_MIN_TPS" ]; then MIN_TPS=$OPT_MIN_TPS; return; fi
+  line=$(conf_line "$HERE/floors.conf" "$MODULE|$MODEL_NAME")
+  MIN_TPS=$(cut -d'|' -f3 <<<"$line")
 }
 
 select_model() {
@@ -59,6 +69,8 @@ select_model() {
     IFS='|' read -r _ MODEL_FILE MODEL_URL MODEL_SHA256 MODEL_SIZE_MB MODEL_QUANT _ <<<"$line"
   fi
   if [ -n "$MODEL_FILE" ]; then MODEL_PATH="$PREFIX/models/$MODEL_FILE"; fi
+  # No floor is known for a model chosen by URL or bundle unless one is given.
+  case "$MODEL_NAME" in custom|bundle) MIN_TPS=${OPT_MIN_TPS:-} ;; esac
 }
 
 print_model_choice() {
@@ -68,6 +80,7 @@ print_model_choice() {
     say "  model:     $MODEL_NAME ($MODEL_QUANT, ~${MODEL_SIZE_MB} MB) -> $MODEL_PATH"
   fi
   say "  context:   n_ctx=$N_CTX per slot, $PARALLEL slots, n_batch=$N_BATCH; service MemoryMax=$MEMORY_MAX"
+  say "  floor:     ${MIN_TPS:-none} decode tokens/s in the health report (jetson/floors.conf, --min-tokens-per-s)"
 }
 
 check_disk() {
@@ -108,6 +121,17 @@ ensure_model_file() {
     run mv -f "$dest" "$dest.bad"
   fi
   run mkdir -p "$(dirname "$dest")"
+  if [ -n "$OPT_MODEL_FILE" ]; then
+    # A file brought on a drive (offline sites): checked before it is copied into place.
+    say "  checking sha256 of $OPT_MODEL_FILE (expected $MODEL_SHA256)"
+    got=$(sha256_of "$OPT_MODEL_FILE")
+    [ "$got" = "$MODEL_SHA256" ] || die "$OPT_MODEL_FILE has sha256 $got, expected $MODEL_SHA256 for $MODEL_NAME: not installed" 2
+    run install -m 0644 "$OPT_MODEL_FILE" "$part"
+    run mv -f "$part" "$dest"
+    SERVICE_DIRTY=1
+    ok "model copied and verified: $dest"
+    return
+  fi
   # -C -: resume a partial download from an earlier, interrupted run.
   run curl -fL --retry 5 --retry-delay 5 -C - -o "$part" "$MODEL_URL"
   if [ "$DRY_RUN" = 1 ]; then

@@ -1,5 +1,6 @@
 # shellcheck shell=bash disable=SC2034  # lib files share globals with setup.sh and each other
-# /etc/edgecloud/config.toml (kept if present), the hardened systemd units, start, /readyz.
+# /etc/edgecloud/config.toml (kept if present), the hardened unit, the GPU proof as the service
+# runs, start, /readyz.
 #
 # Why restart only on change: a second run must change nothing, and a kiosk in use must not
 # lose its loaded model because an installer was re-run to check the board.
@@ -59,51 +60,94 @@ write_config() {
   SERVICE_DIRTY=1
 }
 
+render_service_unit() {
+  render "$HERE/systemd/edgecloud.service.in" \
+    PREFIX "$PREFIX" USER "$SERVICE_USER" CUDA_HOME "${CUDA_HOME#"$ROOT"}" \
+    MEMORY_MAX "$MEMORY_MAX" MEMORY_HIGH "$MEMORY_HIGH"
+}
+
 write_service_unit() {
   # Process substitution, not a pipe: put_file must run in this shell to report FILE_CHANGED.
-  put_file "$(p /etc/systemd/system/edgecloud.service)" 0644 < <(render "$HERE/systemd/edgecloud.service.in" \
-    PREFIX "$PREFIX" USER "$SERVICE_USER" CUDA_HOME "${CUDA_HOME#"$ROOT"}" \
-    MEMORY_MAX "$MEMORY_MAX" MEMORY_HIGH "$MEMORY_HIGH")
+  put_file "$(p /etc/systemd/system/edgecloud.service)" 0644 < <(render_service_unit)
   if [ "$FILE_CHANGED" = 1 ]; then UNITS_CHANGED=1; fi
   if ! systemctl is-enabled --quiet edgecloud.service 2>/dev/null; then
     UNITS_TO_ENABLE+=(edgecloud.service)
   fi
+  # The GPU proof runs under the unit's sandbox, which hides /home (ProtectHome): it needs its
+  # own copy of the check, next to the venv it runs in.
+  put_file "$(p "$PREFIX")/bin/gpu_check.py" 0755 <"$HERE/gpu_check.py"
+  if [ "$UNITS_CHANGED" = 1 ]; then run systemctl daemon-reload; fi
 }
 
-# Prove the GPU is used: the build supports offload and the chosen model loads with every
-# layer on the GPU. Done before the service starts, while the memory is still free.
+# The unit's [Service] lines that shape the process (user, groups, sandbox, environment, memory
+# limits) as systemd-run properties, so the GPU proof runs exactly as the gateway will.
+SERVICE_PROPS=()
+service_run_properties() {
+  local line key
+  SERVICE_PROPS=()
+  while IFS= read -r line; do
+    case "$line" in ''|'#'*|'['*) continue ;; esac
+    key=${line%%=*}
+    case "$key" in
+      Type|NotifyAccess|ExecStart|ExecStartPre|ExecStartPost|ExecStop|ExecReload|Restart|RestartSec) continue ;;
+      TimeoutStartSec|TimeoutStopSec|WatchdogSec) continue ;;
+    esac
+    SERVICE_PROPS+=("--property=$line")
+  done < <(render_service_unit | sed -n '/^\[Service\]/,/^\[/p')
+}
+
+parse_gpu_check() {
+  GPU_VERDICT=$(sed -n 's/^verdict=//p' <<<"$1")
+  GPU_OFFLOADED=$(sed -n 's/^offloaded=//p' <<<"$1")
+  GPU_LAYERS=$(sed -n 's/^layers=//p' <<<"$1")
+}
+
+# Prove the GPU is used the way the service will use it: the check loads the model with
+# n_gpu_layers=-1 through systemd-run with the unit's own user, groups, sandbox and environment.
+# A check as root can pass while the service user, lacking a device group or seeing another
+# environment, silently falls back to the CPU. Done with the service stopped (memory is shared).
 gpu_proof() {
-  local out key rc=0 cached
+  local out key rc=0 cached check model root_out
   key="$(basename "$MODEL_PATH")|$LLAMA_VERSION|$N_CTX"
   cached=$(state_get gpu_check)
+  check="$(p "$PREFIX")/bin/gpu_check.py"
+  model=$(p "$MODEL_PATH")
+  service_run_properties
   if [ "$DRY_RUN" = 1 ]; then
-    run "$VENV/bin/python" "$HERE/gpu_check.py" --model "$(p "$MODEL_PATH")" --n-ctx "$N_CTX"
+    run systemd-run --wait --pipe --collect --quiet --service-type=exec "${SERVICE_PROPS[@]}" -- \
+      "$VENV/bin/python" "$check" --model "$model" --n-ctx "$N_CTX"
     return
   fi
-  if [ "$cached" = "$key|gpu" ] && [ "$SERVICE_DIRTY" = 0 ]; then
+  if [ "$cached" = "$key|gpu" ] && [ "$SERVICE_DIRTY" = 0 ] && [ "$UNITS_CHANGED" = 0 ]; then
     GPU_VERDICT=gpu
     GPU_OFFLOADED=$(state_get gpu_offloaded); GPU_LAYERS=$(state_get gpu_layers)
-    ok "GPU offload proven on an earlier run: $GPU_OFFLOADED/$GPU_LAYERS layers ($MODEL_PATH)"
+    ok "GPU offload proven on an earlier run as $SERVICE_USER: $GPU_OFFLOADED/$GPU_LAYERS layers ($MODEL_PATH)"
     return
   fi
+  have systemd-run || die "systemd-run not found: the GPU proof runs the way the service runs"
   if systemctl is-active --quiet edgecloud.service 2>/dev/null; then run systemctl stop edgecloud.service; fi
-  say "  loading $MODEL_PATH with n_gpu_layers=-1 to check where its layers go"
-  out=$("$VENV/bin/python" "$HERE/gpu_check.py" --model "$(p "$MODEL_PATH")" --n-ctx "$N_CTX") || rc=$?
-  printf '%s\n' "$out" | sed 's/^/    /'
-  GPU_VERDICT=$(sed -n 's/^verdict=//p' <<<"$out")
-  GPU_OFFLOADED=$(sed -n 's/^offloaded=//p' <<<"$out")
-  GPU_LAYERS=$(sed -n 's/^layers=//p' <<<"$out")
+  say "  loading $MODEL_PATH with n_gpu_layers=-1 as $SERVICE_USER, in the service's sandbox"
+  out=$(run systemd-run --wait --pipe --collect --quiet --service-type=exec "${SERVICE_PROPS[@]}" -- \
+    "$VENV/bin/python" "$check" --model "$model" --n-ctx "$N_CTX") || rc=$?
+  printf '%s\n' "$out" | grep -v '^  + ' | sed 's/^/    /'
+  parse_gpu_check "$out"
   if [ "$rc" != 0 ] || [ "$GPU_VERDICT" != gpu ]; then
-    die "the model is NOT on the GPU (verdict: ${GPU_VERDICT:-none}): see 'How to tell a CPU-only build' in jetson/README.md"
+    # Tell a sandbox or permission problem from a build or memory one: the same check as root.
+    root_out=$("$VENV/bin/python" "$check" --model "$model" --n-ctx "$N_CTX" 2>/dev/null) || true
+    if grep -qx 'verdict=gpu' <<<"$root_out"; then
+      warn "as root the model loads on the GPU; as $SERVICE_USER under the unit's sandbox it does not: check the user's groups (video, render), the unit's Environment= and DevicePolicy"
+    fi
+    die "the model is NOT on the GPU when run as the service runs (verdict: ${GPU_VERDICT:-none}, ${GPU_OFFLOADED:-0}/${GPU_LAYERS:-?} layers): see 'How to tell a CPU-only build' in jetson/README.md"
   fi
-  ok "GPU in use: $GPU_OFFLOADED/$GPU_LAYERS layers offloaded"
+  ok "GPU in use as $SERVICE_USER: $GPU_OFFLOADED/$GPU_LAYERS layers offloaded"
   state_set gpu_check "$key|gpu"
   state_set gpu_offloaded "$GPU_OFFLOADED"
   state_set gpu_layers "$GPU_LAYERS"
 }
 
+# Type=notify: `systemctl start` returns when the gateway said READY=1 (its model is loaded) or
+# when TimeoutStartSec ran out.
 start_service() {
-  if [ "$UNITS_CHANGED" = 1 ]; then run systemctl daemon-reload; fi
   if [ "${#UNITS_TO_ENABLE[@]}" -gt 0 ]; then run systemctl enable "${UNITS_TO_ENABLE[@]}"; fi
   if [ "$DRY_RUN" = 0 ] && systemctl is-active --quiet edgecloud.service 2>/dev/null; then
     if [ "$SERVICE_DIRTY" = 1 ] || [ "$UNITS_CHANGED" = 1 ]; then
@@ -129,11 +173,4 @@ wait_ready() {
     die "the gateway did not become ready: journalctl -u edgecloud.service -e"
   fi
   ok "gateway ready on 127.0.0.1:$PORT"
-}
-
-install_service() {
-  write_config
-  write_service_unit
-  start_service
-  wait_ready
 }

@@ -17,7 +17,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-KINDS: tuple[str, ...] = ("gguf", "intent", "faq", "config")
+KINDS: tuple[str, ...] = ("gguf", "intent", "faq", "config", "knowledge")
 ANY_HARDWARE = "any"
 CUSTOM_KEY = "edgecloud"
 MANIFEST_NAME = "manifest.json"

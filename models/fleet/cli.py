@@ -193,7 +193,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--expiry", action="append", metavar="ROLE=DURATION",
                    help="e.g. timestamp=1d, snapshot=7d, targets=90d, channel=30d, root=365d")
 
-    p = sub("build", cmd_build, "add a bundle version (GGUF, intent, FAQ, config) as signed targets")
+    p = sub("build", cmd_build, "add a bundle version (GGUF, intent, FAQ, config, knowledge) as signed targets")
     p.add_argument("--version", type=int, required=True, help="monotonic bundle version")
     p.add_argument("--label", help="human label, e.g. 2026.12-smollm2")
     p.add_argument("--hardware", default="any", help="e.g. jetson-orin-nx-16gb (default: any)")
@@ -201,6 +201,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--gguf", type=Path)
     p.add_argument("--intent", type=Path, help="intent model directory (intent.onnx + card.json) or .onnx")
     p.add_argument("--faq", type=Path)
+    p.add_argument("--knowledge", type=Path, help="venue knowledge pack (.md or .json)")
     p.add_argument("--config", type=Path)
     p.add_argument("--channel", action="append", help="also promote to this channel")
 

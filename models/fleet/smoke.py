@@ -73,11 +73,18 @@ def _check_faq(path: Path) -> str:
     return f"{len(entries)} entries"
 
 
+def _check_knowledge(path: Path) -> str:
+    from models.knowledge_pack import load_knowledge_pack
+
+    pack = load_knowledge_pack(path)
+    return f"{len(pack.facts)} facts ({', '.join(pack.languages)}), version {pack.version}"
+
+
 def _check_config(path: Path) -> str:
     text = path.read_text(encoding="utf-8")
     if path.suffix == ".toml":
         if sys.version_info >= (3, 11):
-            import tomllib
+            import tomllib  # novermin (3.11 branch)
         else:  # pragma: no cover
             import tomli as tomllib
         tomllib.loads(text)
@@ -86,7 +93,8 @@ def _check_config(path: Path) -> str:
     return "parsed"
 
 
-CHECKS = {"gguf": _check_gguf, "intent": _check_intent, "faq": _check_faq, "config": _check_config}
+CHECKS = {"gguf": _check_gguf, "intent": _check_intent, "faq": _check_faq, "config": _check_config,
+          "knowledge": _check_knowledge}
 
 
 def check_artifacts(artifacts: dict[str, Path]) -> SmokeResult:

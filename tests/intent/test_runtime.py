@@ -68,9 +68,10 @@ def test_card(clf: IntentClassifier) -> None:
     assert len(card["training_data"]["sha256"]) == 64
     assert 0.5 <= card["thresholds"]["simple_min_confidence"] < 1.0
     assert clf.confidence_threshold == card["thresholds"]["simple_min_confidence"]
-    dev = card["metrics"]["dev"]
-    assert dev["n"] > 0 and dev["accuracy"] > 0.9
-    assert {"en", "zh"} <= set(card["metrics"]["dev_per_language"])
+    # The threshold split is the dev set: its figures, per language, are in the card.
+    split = card["metrics"]["threshold_split"]["routing"]
+    assert split["all"]["n"] > 0 and split["all"]["accuracy"] > 0.9
+    assert {"en", "zh"} <= set(split)
     # the card is a copy: callers cannot change the loaded model's view of itself
     card["version"] = "tampered"
     assert clf.version != "tampered"

@@ -17,6 +17,7 @@ import contextlib
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -49,13 +50,37 @@ def _arg_after(argv: list[str], flag: str) -> str | None:
     return argv[argv.index(flag) + 1] if flag in argv else None
 
 
+def _root() -> Path:
+    return Path(os.environ["FAKE_ROOT"])
+
+
+def set_power_mode(state: dict[str, Any], mode: int) -> None:
+    """What a mode change does on an Orin: its cores come online (or go), its clocks apply."""
+    state["power_mode"] = mode
+    state["clocks"] = f"mode{mode}-dvfs"
+    cpus = state["mode_cpus"].get(str(mode), state["max_cpus"])
+    (_root() / "proc/cpuinfo").write_text("".join(f"processor\t: {i}\n\n" for i in range(cpus)))
+
+
 def nvpmodel(argv: list[str], state: dict[str, Any]) -> int:
+    """nvpmodel as on JetPack: a mode change that needs a reboot asks first; no YES, no change."""
     if argv[:1] == ["-q"]:
         mode = state["power_mode"]
         print(f"NV Power Mode: {state['power_mode_names'].get(str(mode), 'MODE')}\n{mode}")
         return 0
     if argv[:1] == ["-m"]:
-        state["power_mode"] = int(argv[1])
+        mode = int(argv[1])
+        if mode in state.get("reboot_modes", []):
+            print(f"NVPM WARN: Reboot required for changing to this power mode: {mode}")
+            print("NVPM WARN: DO YOU WANT TO REBOOT NOW? enter YES/yes to confirm:")
+            answer = sys.stdin.readline().strip() if not sys.stdin.isatty() else ""
+            if answer.lower() != "yes":
+                print("NVPM WARN: power mode is not changed")
+                return 0
+            state["pending_reboot_mode"] = mode
+            state["reboot_requested"] = True
+            return 0
+        set_power_mode(state, mode)
         return 0
     return 2
 
@@ -108,6 +133,9 @@ def venv_python(argv: list[str], state: dict[str, Any]) -> int:
     """The venv's python: pip and gpu_check.py are faked, health_probe.py runs for real."""
     if argv[:2] == ["-m", "pip"]:
         return pip(argv[2:], state)
+    if argv and argv[0].endswith(".whl/pip"):  # pip run from its own wheel (a venv without pip)
+        state["pip"] = sorted({*state["pip"], "pip"})
+        return pip(argv[1:], state)
     if argv and argv[0].endswith("health_probe.py"):
         real = os.environ["FAKE_REAL_PYTHON"]
         os.execv(real, [real, *argv])  # noqa: S606 - argv list, no shell
@@ -129,43 +157,81 @@ def venv_python(argv: list[str], state: dict[str, Any]) -> int:
     return 0
 
 
+def requirement_lines(argv: list[str]) -> list[str]:
+    """The requirement lines of every ``-r FILE`` in a pip command line (continuations joined)."""
+    lines: list[str] = []
+    for i, arg in enumerate(argv):
+        if arg == "-r" and i + 1 < len(argv):
+            text = Path(argv[i + 1]).read_text().replace("\\\n", " ")
+            lines += [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("#")]
+    return lines
+
+
 def pip(argv: list[str], state: dict[str, Any]) -> int:
     installed = set(state["pip"])
     verb, rest = argv[0], argv[1:]
     if verb == "show":
         return 0 if rest[0] in installed else 1
+    reqs = requirement_lines(rest)
     if verb == "uninstall":
         installed.difference_update(a for a in rest if not a.startswith("-"))
     elif verb == "download":
-        if os.environ.get("FAKE_ORT_GPU") != "1":
-            print("ERROR: No matching distribution found for onnxruntime-gpu", file=sys.stderr)
-            return 1
         dest = Path(_arg_after(rest, "--dest") or ".")
-        (dest / "onnxruntime_gpu-1.23.0-cp310-cp310-linux_aarch64.whl").write_bytes(b"wheel")
+        for line in reqs:
+            if line.startswith("onnxruntime-gpu @"):
+                url = line.split("@", 1)[1].split()[0]
+                if url.startswith("file://") and Path(url[7:]).is_file():
+                    (dest / url.rsplit("/", 1)[1]).write_bytes(Path(url[7:]).read_bytes())
+                    continue
+                if offline() or os.environ.get("FAKE_ORT_GPU") != "1":
+                    print("ERROR: Could not install requirement onnxruntime-gpu: network unreachable", file=sys.stderr)
+                    return 1
+                (dest / url.rsplit("/", 1)[1]).write_bytes(b"wheel")
+            elif "==" in line:  # a locked package from PyPI: its wheel for this platform
+                if offline():
+                    return 1
+                name, version = line.split()[0].split("==")
+                (dest / f"{name.replace('-', '_')}-{version}-py3-none-any.whl").write_bytes(b"wheel")
+    elif verb == "wheel":  # pip wheel: the CUDA build of llama-cpp-python into --wheel-dir
+        wheel_dir = Path(_arg_after(rest, "--wheel-dir") or ".")
+        for line in reqs:
+            if line.startswith("llama-cpp-python=="):
+                if not ("-DGGML_CUDA=on" in os.environ.get("CMAKE_ARGS", "")
+                        and Path(os.environ.get("CUDACXX", "")).is_file()):
+                    return 1
+                version = line.split()[0].split("==")[1]
+                (wheel_dir / f"llama_cpp_python-{version}-cp310-cp310-linux_aarch64.whl").write_bytes(b"cuda")
     elif verb == "install":
+        find_links = _arg_after(rest, "--find-links")
+        if offline() and "--no-index" not in rest:
+            print("ERROR: Could not find a version (network unreachable)", file=sys.stderr)
+            return 1
+        for line in reqs:
+            name = line.split("==")[0].split(" @")[0].strip()
+            if name == "llama-cpp-python":
+                version = line.split("==", 1)[1].split()[0]
+                if "--no-binary" in rest:  # built here from the source package
+                    cmake_args = os.environ.get("CMAKE_ARGS", "")
+                    cudacxx = os.environ.get("CUDACXX", "")
+                    path_has_cuda = any(
+                        p.endswith("/cuda/bin") and Path(p, "nvcc").exists()
+                        for p in os.environ.get("PATH", "").split(":")
+                    )
+                    cuda = ("-DGGML_CUDA=on" in cmake_args and "-DCMAKE_CUDA_ARCHITECTURES=87" in cmake_args
+                            and Path(cudacxx).is_file() and path_has_cuda)
+                else:  # the CUDA wheel of a wheelhouse
+                    cuda = bool(find_links) and any(Path(find_links).glob("llama_cpp_python-*.whl"))
+                state["llama"] = {"version": version, "cuda": cuda}
+            installed.add(name)
         for arg in rest:
-            if arg.startswith("llama-cpp-python=="):
-                cmake_args = os.environ.get("CMAKE_ARGS", "")
-                cudacxx = os.environ.get("CUDACXX", "")
-                path_has_cuda = any(
-                    p.endswith("/cuda/bin") and Path(p, "nvcc").exists()
-                    for p in os.environ.get("PATH", "").split(":")
-                )
-                cuda = ("-DGGML_CUDA=on" in cmake_args and "-DCMAKE_CUDA_ARCHITECTURES=87" in cmake_args
-                        and Path(cudacxx).is_file() and path_has_cuda)
-                state["llama"] = {"version": arg.split("==", 1)[1], "cuda": cuda}
-                installed.add("llama-cpp-python")
-            elif arg.endswith(".whl") and "onnxruntime_gpu" in arg:
-                installed.add("onnxruntime-gpu")
-            elif arg.startswith("onnxruntime"):
-                installed.add("onnxruntime")
-            elif Path(arg).is_dir():  # the project: its dependencies bring the CPU onnxruntime
-                installed.update({"edgecloud", "onnxruntime"})
+            if Path(arg).is_dir() and arg != find_links:  # the project itself
+                installed.add("edgecloud")
     state["pip"] = sorted(installed)
     return 0
 
 
 def gpu_check(argv: list[str], state: dict[str, Any]) -> int:
+    """The CUDA load as gpu_check.py reports it; as the service user it may fall back to the CPU."""
     llama = state.get("llama")
     if not llama:
         print("ModuleNotFoundError: No module named 'llama_cpp'", file=sys.stderr)
@@ -182,8 +248,23 @@ def gpu_check(argv: list[str], state: dict[str, Any]) -> int:
     if not Path(model).is_file():
         print("verdict=load-failed")
         return 5
+    if os.environ.get("FAKE_RUN_AS") == "edgecloud" and not state.get("service_user_gpu", True):
+        # e.g. the user cannot open /dev/nvhost-*: CUDA fails to initialise, llama.cpp uses the CPU
+        print(f"offloaded=0\nlayers={LLAMA_LAYERS}\nverdict=layers-not-on-gpu")
+        return 4
     print(f"offloaded={LLAMA_LAYERS}\nlayers={LLAMA_LAYERS}\nverdict=gpu")
     return 0
+
+
+def systemd_run(argv: list[str], state: dict[str, Any]) -> int:
+    """systemd-run --wait --pipe ... -p User=... -- CMD: runs CMD as that unit would (user recorded)."""
+    cut = argv.index("--")
+    props = [a.split("=", 1)[1] for a in argv[:cut] if a.startswith("--property=")]
+    user = next((p.split("=", 1)[1] for p in props if p.startswith("User=")), "root")
+    state.setdefault("systemd_runs", []).append({"user": user, "properties": props})
+    save_state(state)
+    env = {**os.environ, "FAKE_RUN_AS": user}
+    return subprocess.run(argv[cut + 1:], env=env, check=False).returncode
 
 
 def venv_edgecloud(argv: list[str], state: dict[str, Any]) -> int:
@@ -200,7 +281,14 @@ def venv_edgecloud(argv: list[str], state: dict[str, Any]) -> int:
     return 0
 
 
+def offline() -> bool:
+    return os.environ.get("FAKE_OFFLINE") == "1"
+
+
 def curl(argv: list[str], state: dict[str, Any]) -> int:
+    if offline():
+        print("curl: (6) Could not resolve host: huggingface.co", file=sys.stderr)
+        return 6
     out = _arg_after(argv, "-o")
     if not out:
         return 2
@@ -210,10 +298,17 @@ def curl(argv: list[str], state: dict[str, Any]) -> int:
 
 
 def tegrastats(argv: list[str], state: dict[str, Any]) -> int:
+    """JetPack 6 tegrastats lines (Orin NX: tj junction sensor, VDD_IN module input power)."""
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    if os.environ.get("FAKE_OC") == "1":  # the module hits its current limit while tegrastats runs
+        for counter in (_root() / "sys/class/hwmon").glob("hwmon*/oc*_event_cnt"):
+            counter.write_text(f"{int(counter.read_text()) + 2}\n")
+    gr3d = os.environ.get("FAKE_GR3D", "87")
+    tj = os.environ.get("FAKE_TJ", "61.4")
     for _ in range(600):
         print("RAM 6120/15388MB (lfb 2x4MB) SWAP 0/7694MB CPU [12%@1984,8%@1984] "
-              "EMC_FREQ 40%@3199 GR3D_FREQ 87%@[918] cpu@48C gpu@50C", flush=True)
+              f"EMC_FREQ 40%@3199 GR3D_FREQ {gr3d}%@[918] cpu@48C soc2@47.6C gpu@50C tj@{tj}C "
+              "VDD_IN 14210mW/9800mW VDD_CPU_GPU_CV 6120mW/3300mW VDD_SOC 2890mW/2700mW", flush=True)
         time.sleep(0.2)
     return 0
 
@@ -226,7 +321,11 @@ def df(argv: list[str], state: dict[str, Any]) -> int:
 
 
 def getent(argv: list[str], state: dict[str, Any]) -> int:
-    return 0 if argv[:1] == ["passwd"] and argv[1] in state["users"] else 2
+    if argv[:1] == ["passwd"] and argv[1] in state["users"]:
+        uid = 4242 if argv[1] == "edgecloud" else 0
+        print(f"{argv[1]}:x:{uid}:{uid}::/var/lib/{argv[1]}:/usr/sbin/nologin")
+        return 0
+    return 2
 
 
 def useradd(argv: list[str], state: dict[str, Any]) -> int:
@@ -240,6 +339,9 @@ def userdel(argv: list[str], state: dict[str, Any]) -> int:
 
 
 def apt_get(argv: list[str], state: dict[str, Any]) -> int:
+    if offline():
+        print("E: Failed to fetch: Temporary failure resolving 'ports.ubuntu.com'", file=sys.stderr)
+        return 100
     if "install" in argv:
         names = [a for a in argv[argv.index("install") + 1:] if not a.startswith("-")]
         state["packages"] = sorted({*state["packages"], *names})
@@ -250,7 +352,7 @@ def python_system(argv: list[str], state: dict[str, Any]) -> int:
     """python3.10 -m venv DIR: a venv whose python/edgecloud are fakes too."""
     if argv[:2] != ["-m", "venv"]:
         return 2
-    bindir = Path(argv[2]) / "bin"
+    bindir = Path(argv[-1]) / "bin"
     bindir.mkdir(parents=True, exist_ok=True)
     for name, fake in (("python", "venv-python"), ("edgecloud", "venv-edgecloud")):
         script = bindir / name
@@ -265,9 +367,14 @@ def fallocate(argv: list[str], state: dict[str, Any]) -> int:
 
 
 def jetson_clocks(argv: list[str], state: dict[str, Any]) -> int:
-    store = _arg_after(argv, "--store")
+    """--store FILE saves the clocks as they are, --restore FILE puts them back, no args pins them."""
+    store, restore = _arg_after(argv, "--store"), _arg_after(argv, "--restore")
     if store:
-        Path(store).write_text("saved clocks\n")
+        Path(store).write_text(state["clocks"] + "\n")
+    elif restore:
+        state["clocks"] = Path(restore).read_text().strip()
+    elif not argv:
+        state["clocks"] = "max"
     return 0
 
 
@@ -296,6 +403,7 @@ HANDLERS = {
     "swapon": quiet,
     "swapoff": quiet,
     "journalctl": quiet,
+    "systemd-run": systemd_run,
 }
 
 # The build environment pip sees: what proves CUDA was set up for the llama.cpp build.
@@ -311,6 +419,8 @@ def main() -> int:
     state = load_state()
     with contextlib.suppress(KeyboardInterrupt):
         rc = HANDLERS[name](argv, state)
+        if name == "systemd-run":
+            state = load_state()  # the command it ran saved its own changes
         if name != "tegrastats":
             save_state(state)
         return rc

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -29,7 +30,7 @@ FAKES = Path(__file__).resolve().with_name("jetson_fakes.py")
 FAKE_COMMANDS = (
     "nvpmodel", "jetson_clocks", "tegrastats", "systemctl", "dpkg-query", "apt-get",
     "add-apt-repository", "getent", "useradd", "userdel", "python3.10", "curl", "df",
-    "fallocate", "mkswap", "swapon", "swapoff", "journalctl",
+    "fallocate", "mkswap", "swapon", "swapoff", "journalctl", "systemd-run",
 )
 
 # Calls that change a machine; a second run and a dry run must make none of them.
@@ -38,17 +39,16 @@ READ_ONLY_SYSTEMCTL = {"is-enabled", "is-active", "get-default"}
 
 def is_mutating(call: dict[str, Any]) -> bool:
     cmd, argv = call["cmd"], call["argv"]
-    if cmd in ("dpkg-query", "getent", "tegrastats", "df", "journalctl"):
-        return False
+    if cmd in ("dpkg-query", "getent", "tegrastats", "df", "journalctl", "systemd-run"):
+        return False  # systemd-run only runs the GPU proof, in a transient unit that goes away
     if cmd == "nvpmodel":
         return argv[:1] != ["-q"]
     if cmd == "systemctl":
         verbs = [a for a in argv if not a.startswith("--")]
         return verbs[0] not in READ_ONLY_SYSTEMCTL
     if cmd == "venv-python":
-        if argv[:3] == ["-m", "pip", "install"] or argv[:3] == ["-m", "pip", "uninstall"]:
-            return True
-        return argv[:3] == ["-m", "pip", "download"]
+        # pip download only fills a temporary folder
+        return argv[:3] == ["-m", "pip", "install"] or argv[:3] == ["-m", "pip", "uninstall"]
     if cmd == "venv-edgecloud":
         return "--help" not in argv
     return True
@@ -72,6 +72,8 @@ class Board:
 
 NX16_MODES = ((0, "MAXN"), (1, "10W"), (2, "15W"), (3, "25W"))
 NX8_MODES = ((0, "MAXN"), (1, "10W"), (2, "15W"), (3, "20W"))
+# Cores online per mode (the rest: all of them); the factory mode 2 (15 W) keeps four.
+MODE_CPUS = {"1": 4, "2": 4}
 
 BOARDS = {
     "jp5-16gb": Board(
@@ -168,7 +170,7 @@ class _GatewayHandler(BaseHTTPRequestHandler):
             chunk = {"choices": [{"index": 0, "delta": {"content": word}, "finish_reason": None}]}
             self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
             self.wfile.flush()
-            time.sleep(0.01)
+            time.sleep(self.server.token_delay_s)
         usage = {"choices": [], "usage": {"prompt_tokens": 20, "completion_tokens": len(words)}}
         self.wfile.write(f"data: {json.dumps(usage)}\n\ndata: [DONE]\n\n".encode())
         self.wfile.flush()
@@ -181,6 +183,7 @@ class _StubServer(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _GatewayHandler)
         self.state_file = state_file
         self.requests: list[dict[str, Any]] = []
+        self.token_delay_s = 0.01  # a slow board (or the CPU) streams slower
 
 
 @dataclass
@@ -236,7 +239,9 @@ class FakeJetson:
         if b.compatible:
             self._write("/proc/device-tree/compatible", b.compatible)
         self._write("/proc/meminfo", f"MemTotal:       {b.mem_kb} kB\nMemFree:        {b.mem_kb // 2} kB\n")
-        self._write("/proc/cpuinfo", "".join(f"processor\t: {i}\n\n" for i in range(b.cpus)))
+        online = MODE_CPUS.get("2", b.cpus) if b.nvpmodel_modes else b.cpus
+        self._write("/proc/cpuinfo", "".join(f"processor\t: {i}\n\n" for i in range(min(online, b.cpus))))
+        self._write("/proc/sys/kernel/random/boot_id", "0b7f3a6e-0000-4000-8000-000000000001\n")
         self._write("/proc/swaps", "Filename\tType\tSize\tUsed\tPriority\n"
                                    "/dev/zram0\tpartition\t635040\t0\t5\n")
         self._write("/etc/fstab", "# <file system> <mount point> <type> <options> <dump> <pass>\n"
@@ -291,6 +296,9 @@ class FakeJetson:
             "users": ["root"],
             "pip": [],
             "l4t_core_version": None,
+            "clocks": "factory-dvfs",
+            "mode_cpus": {k: min(v, self.board.cpus) for k, v in MODE_CPUS.items()},
+            "max_cpus": self.board.cpus,
         }
         self.state_file.write_text(json.dumps(state))
 
@@ -304,6 +312,7 @@ class FakeJetson:
             "EDGECLOUD_SETUP_ROOT": str(self.root),
             "EDGECLOUD_PROJECT_DIR": str(self.project),
             "FAKE_STATE": str(self.state_file),
+            "FAKE_ROOT": str(self.root),
             "FAKE_LOG": str(self.log_file),
             "FAKE_REAL_PYTHON": sys.executable,
             "FAKE_MODEL_CONTENT": self.model_content.decode(),
@@ -316,7 +325,15 @@ class FakeJetson:
         self.log_file.write_text("")
         return subprocess.run(
             ["bash", str(SETUP), *args], env=self.env(**env), capture_output=True, text=True,
-            timeout=120, check=False, stdin=subprocess.DEVNULL,
+            timeout=600, check=False, stdin=subprocess.DEVNULL,  # generous: CI machines are shared
+        )
+
+    def run_script(self, script: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+        """Another script of jetson/ (build-wheelhouse.sh) on this board."""
+        self.log_file.write_text("")
+        return subprocess.run(
+            ["bash", str(script), *args], env=self.env(**env), capture_output=True, text=True,
+            timeout=600, check=False, stdin=subprocess.DEVNULL,  # generous: CI machines are shared
         )
 
     def install(self, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -334,6 +351,28 @@ class FakeJetson:
 
     def state(self) -> dict[str, Any]:
         return json.loads(self.state_file.read_text())
+
+    def update_state(self, **changes: Any) -> None:
+        state = self.state()
+        state.update(changes)
+        self.state_file.write_text(json.dumps(state))
+
+    def reboot(self) -> None:
+        """What a reboot does here: a pending power mode applies, only enabled units run again."""
+        from tests.jetson import jetson_fakes
+
+        state = self.state()
+        os.environ["FAKE_ROOT"] = str(self.root)
+        try:
+            if state.pop("reboot_requested", False):
+                jetson_fakes.set_power_mode(state, state.pop("pending_reboot_mode"))
+            else:
+                state["clocks"] = f"mode{state['power_mode']}-dvfs"
+        finally:
+            del os.environ["FAKE_ROOT"]
+        state["active"] = sorted(set(state["enabled"]))
+        self.state_file.write_text(json.dumps(state))
+        self.path("/proc/sys/kernel/random/boot_id").write_text(f"{uuid.uuid4()}\n")
 
     def snapshot(self) -> dict[str, str]:
         """Every file under the root with its sha256 (symlinks by target)."""

@@ -136,7 +136,15 @@ def test_tokens_per_s_counts_decode_only() -> None:
 @pytest.fixture(scope="module")
 def installed_board(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeJetson]:
     board = FakeJetson(tmp_path_factory.mktemp("board"), BOARDS["jp6-16gb"])
-    board.install()
+    board.install("--jetson-clocks")
+    # The resume unit exists only between a --reboot and the boot after it: rendered here as setup.sh does.
+    template = (REPO / "jetson/systemd/edgecloud-setup-resume.service.in").read_text()
+    board.path("/etc/systemd/system/edgecloud-setup-resume.service").write_text(
+        template.replace("@SETUP@", "/opt/edgecloud-src/jetson/setup.sh"))
+    setup = board.path("/opt/edgecloud-src/jetson/setup.sh")
+    setup.parent.mkdir(parents=True)
+    setup.write_text("#!/bin/sh\n")
+    setup.chmod(0o755)
     yield board
     board.close()
 
@@ -186,7 +194,8 @@ def test_unit_files_pass_systemd_analyze_verify(installed_board: FakeJetson, sys
         link.symlink_to(_system_unit_dir())  # systemd's targets, so After=/WantedBy= resolve
 
     proc = subprocess.run([systemd_analyze, "verify", f"--root={root}", "edgecloud.service",
-                           "edgecloud-tune.service"], capture_output=True, text=True, timeout=120, check=False)
+                           "edgecloud-tune.service", "edgecloud-setup-resume.service"],
+                          capture_output=True, text=True, timeout=120, check=False)
 
     if "Failed to" in proc.stderr and "sysinit.target" in proc.stderr:
         pytest.skip(f"systemd-analyze verify cannot run in this sandbox: {proc.stderr.strip()[:200]}")

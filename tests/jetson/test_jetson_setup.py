@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -50,7 +51,7 @@ def shellcheck_binary() -> str:
 
 
 def test_shellcheck_clean() -> None:
-    scripts = [SETUP, *sorted((JETSON_DIR / "lib").glob("*.sh"))]
+    scripts = [SETUP, JETSON_DIR / "build-wheelhouse.sh", *sorted((JETSON_DIR / "lib").glob("*.sh"))]
     proc = subprocess.run(
         [shellcheck_binary(), "-x", "--severity=style", *map(str, scripts)],
         cwd=JETSON_DIR, capture_output=True, text=True, check=False,
@@ -73,26 +74,37 @@ def test_dry_run_prints_the_plan_and_changes_nothing(make_board, key: str) -> No
     expected = BOARDS[key]
     assert f"-> {expected.expected_module}" in out
     assert expected.expected_model_file in out
+    locks = JETSON_DIR / "locks"
     for planned in (
         "[dry-run] DEBIAN_FRONTEND=noninteractive apt-get install -y",
         "[dry-run] useradd --system",
         "-m venv",
+        f"-m pip install --require-hashes --no-deps -r {locks}/bootstrap.txt",
+        f"-m pip install --require-hashes --no-deps -r {locks}/{key[:3]}-py310.txt",
         "CMAKE_ARGS=-DGGML_CUDA=on\\ -DCMAKE_CUDA_ARCHITECTURES=87",
         "CUDACXX=" + str(board.path("/usr/local/cuda/bin/nvcc")),
-        "--no-binary llama-cpp-python llama-cpp-python==",
+        f"--require-hashes --no-deps --no-build-isolation --no-cache-dir --force-reinstall --no-binary llama-cpp-python"
+        f" -r {locks}/llama-cpp-python.txt",
         "[dry-run] curl -fL --retry 5 --retry-delay 5 -C -",
-        "gpu_check.py --model",
+        "[dry-run] jetson_clocks --store",
         "[dry-run] nvpmodel -m 0",
-        "[dry-run] jetson_clocks",
         "[dry-run] fallocate -l 8G",
         "[dry-run] write " + str(board.path("/etc/edgecloud/config.toml")),
         "[dry-run] write " + str(board.path("/etc/systemd/system/edgecloud.service")),
-        "[dry-run] systemctl enable edgecloud-tune.service edgecloud.service",
+        "[dry-run] systemd-run --wait --pipe --collect --quiet --service-type=exec --property=User=edgecloud",
+        "--property=ProtectSystem=strict",
+        "bin/gpu_check.py --model",
+        "[dry-run] systemctl enable edgecloud.service",
         "[dry-run] systemctl start edgecloud.service",
         "/readyz",
         "Dry run complete: nothing was changed.",
     ):
         assert planned in out, f"plan lacks {planned!r}:\n{out}"
+    # Tuning comes before anything is built; jetson_clocks at boot only when asked for.
+    order = ["fallocate -l 8G", "jetson_clocks --store", "nvpmodel -m 0", "apt-get install",
+             "--no-binary llama-cpp-python"]
+    assert [out.index(o) for o in order] == sorted(out.index(o) for o in order), out
+    assert "edgecloud-tune.service" not in out
     if key.startswith("jp5"):
         # JetPack 5 is Ubuntu 20.04 (Python 3.8): Python 3.10 comes from the deadsnakes PPA.
         assert "[dry-run] add-apt-repository -y ppa:deadsnakes/ppa" in out
@@ -100,28 +112,66 @@ def test_dry_run_prints_the_plan_and_changes_nothing(make_board, key: str) -> No
         assert "deadsnakes" not in out
 
 
+def pip_calls(board: FakeJetson) -> list[dict]:
+    return [c for c in board.calls() if c["cmd"] == "venv-python" and c["argv"][:2] == ["-m", "pip"]]
+
+
+def mutating_order(board: FakeJetson) -> list[str]:
+    """The changes a run made, as short names in the order they happened."""
+    names = []
+    for c in board.mutating_calls():
+        argv = c["argv"]
+        if c["cmd"] == "venv-python" and "--no-binary" in argv:
+            names.append("llama-build")
+        elif c["cmd"] == "jetson_clocks":
+            names.append("jetson_clocks " + " ".join(argv[:1]))
+        else:
+            names.append(c["cmd"])
+    return names
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("key", JETPACK_BOARDS)
 def test_install_then_second_run_changes_nothing(make_board, key: str) -> None:
     board = make_board(key)
     expected = BOARDS[key]
+    assert "processor\t: 3\n" in board.path("/proc/cpuinfo").read_text()  # 15 W: four cores online
+    assert "processor\t: 4\n" not in board.path("/proc/cpuinfo").read_text()
 
     first = board.install()
 
+    # Order: swap, clocks stored, power mode, and only then packages and the build.
+    order = mutating_order(board)
+    for before, after in (("fallocate", "jetson_clocks --store"), ("jetson_clocks --store", "nvpmodel"),
+                          ("nvpmodel", "apt-get"), ("apt-get", "llama-build")):
+        assert order.index(before) < order.index(after), order
+
     # The CUDA build: the right flags, nvcc named explicitly and on PATH, before the project.
-    pip_calls = [c for c in board.calls() if c["cmd"] == "venv-python" and c["argv"][:3] == ["-m", "pip", "install"]]
-    llama = next(c for c in pip_calls if any(a.startswith("llama-cpp-python==") for a in c["argv"]))
+    pips = pip_calls(board)
+    llama = next(c for c in pips if "--no-binary" in c["argv"])
     cuda_bin = str(board.path("/usr/local/cuda/bin"))
     assert "-DGGML_CUDA=on" in llama["env"]["CMAKE_ARGS"]
     assert "-DCMAKE_CUDA_ARCHITECTURES=87" in llama["env"]["CMAKE_ARGS"]
     assert llama["env"]["CUDACXX"] == cuda_bin + "/nvcc"
     assert llama["env"]["PATH"].split(":")[0] == cuda_bin
-    assert "--no-binary" in llama["argv"] and "--no-cache-dir" in llama["argv"]
-    assert pip_calls.index(llama) < next(i for i, c in enumerate(pip_calls) if str(board.project) in c["argv"])
+    assert "--no-cache-dir" in llama["argv"] and "--no-build-isolation" in llama["argv"]
+    project = next(c for c in pips if str(board.project) in c["argv"])
+    assert pips.index(llama) < pips.index(project)
+    # Build jobs from the cores MAXN brought online (all of them), not the four of the 15 W mode.
     jobs = int(llama["env"]["CMAKE_BUILD_PARALLEL_LEVEL"])
     assert jobs == (expected.cpus if expected.expected_module == "orin-nx-16gb" else (expected.cpus + 1) // 2)
+    assert f"cores:     {expected.cpus} online in power mode MAXN" in first.stdout
+
+    # Pinned and hashed: every pip call that fetches or installs requires hashes and resolves
+    # nothing; the project from the checkout fetches nothing at all.
+    for call in pips:
+        argv = call["argv"]
+        if argv[2] in ("install", "download") and call is not project:
+            assert "--require-hashes" in argv and "--no-deps" in argv, argv
+    assert {"--no-index", "--no-deps"} <= set(project["argv"])
     state = board.state()
     assert state["llama"]["cuda"] is True
+    assert {"pip", "wheel", "numpy", "onnxruntime", "scikit-build-core", "fastapi", "edgecloud"} <= set(state["pip"])
     assert "edgecloud" in state["users"]
     assert {"build-essential", "cmake", "python3.10", "python3.10-venv", "python3.10-dev"} <= set(state["packages"])
 
@@ -131,12 +181,11 @@ def test_install_then_second_run_changes_nothing(make_board, key: str) -> None:
     assert not Path(str(model) + ".part").exists()
     assert state["downloads"] == 1
 
-    # Tuning: MAXN now and at boot, jetson_clocks stored then applied, a swap file.
+    # Tuning: MAXN applied once and verified; no boot-time unit unless --jetson-clocks.
     assert state["power_mode"] == 0
-    assert ["-m", "0"] in calls_of(board, "nvpmodel")
-    assert calls_of(board, "jetson_clocks")[-1] == []
-    tune_unit = board.path("/etc/systemd/system/edgecloud-tune.service").read_text()
-    assert "ExecStart=/fakebin/nvpmodel -m 0\nExecStart=/fakebin/jetson_clocks\n" in tune_unit
+    assert [a for a in calls_of(board, "nvpmodel") if a[:1] == ["-m"]] == [["-m", "0"]]
+    assert not board.path("/etc/systemd/system/edgecloud-tune.service").exists()
+    assert state["clocks"] == "mode0-dvfs"
     assert board.path("/swapfile").exists()
     assert "/swapfile none swap sw 0 0" in board.path("/etc/fstab").read_text()
 
@@ -145,6 +194,7 @@ def test_install_then_second_run_changes_nothing(make_board, key: str) -> None:
     assert f'model_path = "/opt/edgecloud/models/{expected.expected_model_file}"' in config
     n_ctx = 4096 if expected.expected_module == "orin-nx-16gb" else 2048
     assert f"n_ctx = {n_ctx}" in config and "parallel = 4" in config and "n_gpu_layers = -1" in config
+    assert f"n_threads = {expected.cpus}" in config
     assert 'host = "127.0.0.1"' in config and f"port = {board.port}" in config
     assert oct(board.path("/etc/edgecloud/config.toml").stat().st_mode & 0o777) == "0o640"
     unit = board.path("/etc/systemd/system/edgecloud.service").read_text()
@@ -153,15 +203,31 @@ def test_install_then_second_run_changes_nothing(make_board, key: str) -> None:
         "PrivateTmp=yes", "Environment=CUDA_HOME=/usr/local/cuda", "Environment=LD_LIBRARY_PATH=/usr/local/cuda/lib64",
         "ExecStart=/opt/edgecloud/venv/bin/edgecloud serve --config /etc/edgecloud/config.toml",
         "MemoryMax=13G" if expected.expected_module == "orin-nx-16gb" else "MemoryMax=6G",
+        "Type=notify", "NotifyAccess=main", "WatchdogSec=240", "TimeoutStartSec=300",
+        "StartLimitIntervalSec=1800", "StartLimitBurst=4",
     ):
         assert line in unit.splitlines(), line
-    assert {"edgecloud.service", "edgecloud-tune.service"} <= set(state["enabled"])
-    assert "edgecloud.service" in state["active"]
+    directives = [ln for ln in unit.splitlines() if ln and not ln.startswith("#")]
+    assert not any("network-online" in ln for ln in directives)
+    assert "edgecloud.service" in state["enabled"] and "edgecloud.service" in state["active"]
+
+    # The GPU proof ran as the service runs: its user and sandbox, through systemd-run.
+    run = state["systemd_runs"][-1]
+    assert run["user"] == "edgecloud"
+    assert {"SupplementaryGroups=video", "ProtectSystem=strict", "ProtectHome=yes", "MemoryMax=" + unit.split(
+        "MemoryMax=")[1].splitlines()[0]} <= set(run["properties"])
+    assert not any(p.startswith(("Type=", "WatchdogSec=", "Restart=")) for p in run["properties"])
 
     # The closing health report, with a real timed request to the (stub) gateway.
     out = first.stdout
-    assert "GPU                    in use: 29/29 layers offloaded; GR3D peak 87%" in out
+    assert "GPU offload            29/29 layers, proven as edgecloud" in out
+    assert "GPU load               GR3D peak 87%" in out
+    assert "junction temperature   61.4 °C peak" in out
+    assert "power draw             14.2 W mean module input (VDD_IN)" in out
+    assert "throttling             none seen" in out
+    assert "tokens per joule" in out
     assert "time to first token" in out and "tokens/s decode (8 tokens)" in out
+    assert "speed check" in out
     assert f"L4T / JetPack          {'35' if key.startswith('jp5') else '36'}." in out
     assert board.gateway.requests[-1]["model"] == "edgecloud-edge"
     assert board.gateway.requests[-1]["stream"] is True
@@ -238,7 +304,7 @@ def test_low_disk_is_refused(make_board) -> None:
     assert board.mutating_calls() == []
 
 
-def test_custom_model_and_onnxruntime_gpu_when_the_index_has_one(make_board) -> None:
+def test_custom_model_and_the_pinned_onnxruntime_gpu(make_board) -> None:
     board = make_board("jp6-8gb")
     sha = hashlib.sha256(board.model_content).hexdigest()
 
@@ -248,12 +314,26 @@ def test_custom_model_and_onnxruntime_gpu_when_the_index_has_one(make_board) -> 
     assert board.path("/opt/edgecloud/models/custom.gguf").read_bytes() == board.model_content
     assert 'model_path = "/opt/edgecloud/models/custom.gguf"' in board.path("/etc/edgecloud/config.toml").read_text()
 
-    pip = [c["argv"] for c in board.calls() if c["cmd"] == "venv-python" and c["argv"][:2] == ["-m", "pip"]]
+    pip = [c["argv"] for c in pip_calls(board)]
     download = next(a for a in pip if a[2] == "download")
-    assert download[download.index("--index-url") + 1] == "https://pypi.jetson-ai-lab.io/jp6/cu126"
+    assert "--require-hashes" in download
+    pin = (JETSON_DIR / "locks" / "onnxruntime-gpu.conf").read_text().splitlines()[-1].split("|")
+    assert pin[0] == "12.6" and pin[1].startswith("https://pypi.jetson-ai-lab.io/jp6/cu126/")
     assert ["-m", "pip", "uninstall", "-y", "onnxruntime"] in pip
     assert {"onnxruntime-gpu"} <= set(board.state()["pip"]) and "onnxruntime" not in board.state()["pip"]
     assert "CUDAExecutionProvider" in proc.stdout
+    assert "(no floor)" not in proc.stdout and "speed check" not in proc.stdout  # no floor for a custom model
+
+
+def test_an_offline_first_run_tries_the_gpu_onnxruntime_again_later(make_board) -> None:
+    board = make_board("jp6-8gb")
+
+    first = board.install()  # the Jetson AI Lab index is unreachable
+
+    assert "could not be fetched" in first.stderr
+    assert "onnxruntime" in board.state()["pip"] and "onnxruntime-gpu" not in board.state()["pip"]
+    board.install(FAKE_ORT_GPU="1")  # the next run, online
+    assert "onnxruntime-gpu" in board.state()["pip"] and "onnxruntime" not in board.state()["pip"]
 
 
 def test_uninstall_reverts_only_what_setup_changed(make_board) -> None:
@@ -408,3 +488,248 @@ def test_another_pinned_model_and_context(make_board) -> None:
     assert "qwen2.5-7b-instruct-q3_k_m (Q3_K_M, ~3810 MB)" in chosen.stdout
     assert "n_ctx=2048" in chosen.stdout and "Qwen2.5-7B-Instruct-Q3_K_M.gguf" in chosen.stdout
     assert unknown.returncode == 2 and "unknown model 'llama-70b'" in unknown.stderr
+
+
+# --- power mode, GPU proof, health checks, offline installs, uninstall -------------------------
+
+
+def test_a_mode_change_that_needs_a_reboot_stops_before_building_then_resumes(make_board) -> None:
+    board = make_board("jp6-16gb")
+    board.update_state(reboot_modes=[0])
+
+    stopped = board.run("--yes", "--port", str(board.port))
+
+    assert stopped.returncode == 3, stopped.stdout + stopped.stderr
+    assert "REBOOT NEEDED: the power mode MAXN (0) only takes effect after a reboot." in stopped.stdout
+    assert "sudo nvpmodel -m 0      # answer YES" in stopped.stdout
+    assert board.state()["power_mode"] == 2
+    assert not [c for c in board.calls() if c["cmd"] in ("apt-get", "venv-python", "curl")]  # nothing built
+    # Asked again in the same boot: says so without trying nvpmodel a second time.
+    again = board.run("--yes", "--port", str(board.port))
+    assert again.returncode == 3 and "is waiting for a reboot" in again.stderr
+    assert [a for a in calls_of(board, "nvpmodel") if a[:1] == ["-m"]] == []
+
+    # --reboot: answers nvpmodel's prompt (which reboots) and leaves a one-shot resume unit.
+    rebooting = board.run("--yes", "--reboot", "--port", str(board.port))
+    assert rebooting.returncode == 3, rebooting.stderr
+    assert board.state()["reboot_requested"] is True
+    resume_unit = board.path("/etc/systemd/system/edgecloud-setup-resume.service")
+    assert f"ExecStart={SETUP} --resume" in resume_unit.read_text()
+    assert "edgecloud-setup-resume.service" in board.state()["enabled"]
+
+    board.reboot()
+    assert board.state()["power_mode"] == 0
+    resumed = board.run("--resume")  # what edgecloud-setup-resume.service runs after the boot
+
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "Resuming after the reboot with: --yes --reboot --port" in resumed.stdout
+    assert "power mode MAXN (0) active (nvpmodel -q)" in resumed.stdout
+    assert not resume_unit.exists() and "edgecloud-setup-resume.service" not in board.state()["enabled"]
+    assert "edgecloud.service" in board.state()["active"]
+    # The clocks stored are those from before any change, not the new mode's.
+    assert board.path("/var/lib/edgecloud-setup/jetson_clocks.saved").read_text().strip() == "factory-dvfs"
+
+
+def test_gpu_proof_fails_as_the_service_user_while_it_passes_as_root(make_board) -> None:
+    board = make_board("jp6-16gb")
+    board.update_state(service_user_gpu=False)
+
+    proc = board.run("--yes", "--port", str(board.port))
+
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "as root the model loads on the GPU; as edgecloud under the unit's sandbox it does not" in proc.stderr
+    assert "the model is NOT on the GPU when run as the service runs (verdict: layers-not-on-gpu, 0/29 layers)" \
+        in proc.stderr
+    runs = board.state()["systemd_runs"]
+    assert runs[-1]["user"] == "edgecloud" and "NoNewPrivileges=yes" in runs[-1]["properties"]
+    assert "edgecloud.service" not in board.state()["active"]
+
+
+@pytest.mark.parametrize(("fault", "message"), [
+    ("idle-gpu", "the GPU load (GR3D_FREQ) stayed at 0% during generation"),
+    ("slow", "under the floor of 6 for qwen2.5-7b-instruct-q4_k_m on orin-nx-16gb"),
+])
+def test_health_report_fails_on_an_idle_gpu_or_a_slow_decode(make_board, fault: str, message: str) -> None:
+    board = make_board("jp6-16gb")
+    env = {}
+    if fault == "idle-gpu":
+        env["FAKE_GR3D"] = "0"
+    else:
+        board.gateway.token_delay_s = 0.3  # ~3 tokens/s: what a CPU fallback looks like
+
+    proc = board.run("--yes", "--port", str(board.port), **env)
+
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert message in proc.stderr
+    assert "HEALTH CHECK FAILED" in proc.stdout
+
+
+def test_throttling_is_reported_from_the_junction_trip_point_and_over_current_counters(make_board) -> None:
+    board = make_board("jp6-16gb")
+    zone = board.path("/sys/class/thermal/thermal_zone8")
+    zone.mkdir(parents=True)
+    (zone / "type").write_text("tj-thermal\n")
+    (zone / "trip_point_0_type").write_text("passive\n")
+    (zone / "trip_point_0_temp").write_text("99000\n")
+    (zone / "trip_point_1_type").write_text("critical\n")
+    (zone / "trip_point_1_temp").write_text("104500\n")
+
+    hwmon = board.path("/sys/class/hwmon/hwmon3")
+    hwmon.mkdir(parents=True)
+    (hwmon / "oc1_event_cnt").write_text("5\n")
+
+    hot = board.install("--min-tokens-per-s", "0", FAKE_TJ="99.5")
+    over_current = board.install(FAKE_OC="1")
+
+    assert "junction temperature   99.5 °C peak (throttling from 99 °C)" in hot.stdout
+    assert "THERMAL: junction 99.5 °C at or above the 99 °C throttling point" in hot.stdout
+    assert "speed check" not in hot.stdout  # --min-tokens-per-s 0 turns the floor off
+    assert "throttling             OVER-CURRENT: 2 event(s) during the request" in over_current.stdout
+
+
+def make_wheelhouse(path: Path, **conf: str) -> Path:
+    """What jetson/build-wheelhouse.sh leaves, for a JetPack 6.2 board (fake wheel contents)."""
+    path.mkdir()
+    values = {"l4t_major": "36", "jetpack": "6.2", "cuda": "12.6", "python": "3.10", "llama_cpp_python": "0.3.36"}
+    values.update(conf)
+    (path / "wheelhouse.conf").write_text("".join(f"{k}={v}\n" for k, v in values.items()))
+    wheel = path / "llama_cpp_python-0.3.36-cp310-cp310-linux_aarch64.whl"
+    wheel.write_bytes(b"cuda wheel")
+    lock = f"llama-cpp-python==0.3.36 --hash=sha256:{hashlib.sha256(b'cuda wheel').hexdigest()}\n"
+    (path / "llama-cpp-python.lock").write_text(lock)
+    (path / "requirements.lock").write_text(lock)
+    (path / "pip-26.3-py3-none-any.whl").mkdir()  # run as `python pip.whl/pip`: a folder stands in
+    (path / "onnxruntime_gpu-1.23.0-cp310-cp310-linux_aarch64.whl").write_bytes(b"ort wheel")
+    return path
+
+
+def test_wheelhouse_install_with_no_network(make_board, tmp_path: Path) -> None:
+    board = make_board("jp6-8gb")
+    state = board.state()
+    state["packages"] = [*state["packages"], "python3.10"]  # JetPack 6 ships it; not python3.10-venv
+    board.state_file.write_text(json.dumps(state))
+    house = make_wheelhouse(tmp_path / "wheelhouse")
+    drive_model = tmp_path / "usb" / BOARDS["jp6-8gb"].expected_model_file
+    drive_model.parent.mkdir()
+    drive_model.write_bytes(board.model_content)
+
+    proc = board.install("--wheelhouse", str(house), "--model-file", str(drive_model), FAKE_OFFLINE="1")
+
+    calls = board.calls()
+    assert not [c for c in calls if c["cmd"] in ("apt-get", "curl", "add-apt-repository")]
+    venv = next(c["argv"] for c in calls if c["cmd"] == "python3.10")
+    assert venv[:3] == ["-m", "venv", "--without-pip"]
+    pips = [c["argv"] for c in calls if c["cmd"] == "venv-python" and ("install" in c["argv"][:3]
+                                                                      or c["argv"][0].endswith(".whl/pip"))]
+    for argv in pips:
+        assert "--no-index" in argv, argv
+        if str(board.project) not in argv:
+            assert "--require-hashes" in argv and "--find-links" in argv, argv
+    state = board.state()
+    assert state["llama"] == {"version": "0.3.36", "cuda": True}
+    assert "onnxruntime-gpu" in state["pip"] and "onnxruntime" not in state["pip"]
+    model = board.path(f"/opt/edgecloud/models/{BOARDS['jp6-8gb'].expected_model_file}")
+    assert model.read_bytes() == board.model_content
+    assert "wheelhouse: " + str(house) in proc.stdout
+    assert "edgecloud.service" in state["active"] and "time to first token" in proc.stdout
+
+
+def test_build_wheelhouse_on_one_board_then_install_another_with_no_network(make_board, tmp_path: Path) -> None:
+    builder = make_board("jp6-8gb")
+    house = tmp_path / "house"
+
+    built = builder.run_script(JETSON_DIR / "build-wheelhouse.sh", str(house), FAKE_ORT_GPU="1")
+
+    assert built.returncode == 0, built.stdout + built.stderr
+    pips = [c for c in pip_calls(builder) if c["argv"][2] in ("install", "download", "wheel")]
+    assert all("--require-hashes" in c["argv"] for c in pips)
+    build = next(c for c in pips if c["argv"][2] == "wheel")
+    assert "-DCMAKE_CUDA_ARCHITECTURES=87" in build["env"]["CMAKE_ARGS"] and "--no-build-isolation" in build["argv"]
+    conf = (house / "wheelhouse.conf").read_text()
+    assert "l4t_major=36\n" in conf and "cuda=12.6\n" in conf and "python=3.10\n" in conf
+    wheel = house / "llama_cpp_python-0.3.36-cp310-cp310-linux_aarch64.whl"
+    assert (house / "llama-cpp-python.lock").read_text() == (
+        f"llama-cpp-python==0.3.36 --hash=sha256:{hashlib.sha256(wheel.read_bytes()).hexdigest()}\n")
+    lock = (house / "requirements.lock").read_text()
+    assert "numpy==" in lock and "pip==" in lock and "onnxruntime-gpu @ file:onnxruntime_gpu-1.23.0" in lock
+    assert (house / "onnxruntime_gpu-1.23.0-cp310-cp310-linux_aarch64.whl").exists()
+
+    board = make_board("jp6-8gb")
+    board.update_state(packages=[*board.state()["packages"], "python3.10"])  # JetPack 6 ships it
+    # The model placed by hand where setup.sh looks for it; its sha256 is checked like a download's.
+    placed = board.path(f"/opt/edgecloud/models/{BOARDS['jp6-8gb'].expected_model_file}")
+    placed.parent.mkdir(parents=True)
+    placed.write_bytes(board.model_content)
+    proc = board.install("--wheelhouse", str(house), FAKE_OFFLINE="1")
+    assert "sha256 verified" in proc.stdout
+    state = board.state()
+    assert state["llama"] == {"version": "0.3.36", "cuda": True}
+    assert "onnxruntime-gpu" in state["pip"]
+    assert not [c for c in board.calls() if c["cmd"] in ("apt-get",)]
+
+
+def test_a_wheelhouse_for_another_board_or_a_wrong_model_file_is_refused(make_board, tmp_path: Path) -> None:
+    board = make_board("jp6-8gb")
+    house = make_wheelhouse(tmp_path / "jp5-house", l4t_major="35", cuda="11.4")
+    wrong = tmp_path / "model.gguf"
+    wrong.write_bytes(b"not the pinned model")
+
+    other = board.run("--yes", "--wheelhouse", str(house))
+    bad_model = board.run("--dry-run", "--model-file", str(wrong))
+
+    assert other.returncode == 2
+    assert "l4t_major: wheelhouse 35, this board/checkout 36" in other.stderr
+    assert "was built for another board or checkout" in other.stderr
+    assert board.mutating_calls() == [] or other.returncode == 2
+    assert bad_model.returncode == 2 and "expected" in bad_model.stderr and "not installed" in bad_model.stderr
+
+
+def test_uninstall_restores_the_original_clocks_and_mode(make_board) -> None:
+    board = make_board("jp5-16gb")
+    board.install("--jetson-clocks")
+    state = board.state()
+    assert state["clocks"] == "max" and state["power_mode"] == 0
+    assert "edgecloud-tune.service" in state["enabled"]
+    tune = board.path("/etc/systemd/system/edgecloud-tune.service").read_text()
+    assert "ExecStart=/fakebin/jetson_clocks\n" in tune and "nvpmodel -m" not in tune.replace("# ", "")
+
+    proc = board.run("--uninstall", "--purge", "--yes")
+
+    assert proc.returncode == 0, proc.stderr
+    state = board.state()
+    assert state["power_mode"] == 2 and state["clocks"] == "factory-dvfs"
+    assert ["--remove", "-y", "ppa:deadsnakes/ppa"] in calls_of(board, "add-apt-repository")
+    assert "edgecloud" not in state["users"]
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="needs root to chown a file")
+def test_purge_removes_files_the_service_user_still_owns(make_board) -> None:
+    board = make_board("jp6-16gb")
+    board.install()
+    stray = board.path("/home/operator/edgecloud-export.json")
+    stray.parent.mkdir(parents=True)
+    stray.write_text("{}")
+    os.chown(stray, 4242, 4242)  # the fake edgecloud user's id
+
+    kept = board.run("--uninstall", "--yes")
+    assert "files still owned by edgecloud (uid 4242), kept" in kept.stderr and stray.exists()
+    board.install()
+    purged = board.run("--uninstall", "--purge", "--yes")
+
+    assert purged.returncode == 0, purged.stderr
+    assert not stray.exists()
+
+
+def test_a_mode_nvpmodel_names_but_whose_cores_are_not_online_counts_as_not_applied(make_board) -> None:
+    board = make_board("jp6-16gb")
+    conf = board.path("/etc/nvpmodel.conf")
+    maxn_cores = "".join(f"CPU_ONLINE CORE_{i} 1\n" for i in range(8))
+    conf.write_text(conf.read_text().replace("< POWER_MODEL ID=0 NAME=MAXN >\nCPU_ONLINE CORE_0 1\n",
+                                             "< POWER_MODEL ID=0 NAME=MAXN >\n" + maxn_cores))
+    board.update_state(mode_cpus={"0": 4, "1": 4, "2": 4})  # set for the next boot, cores not yet up
+
+    proc = board.run("--yes", "--port", str(board.port))
+
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "REBOOT NEEDED" in proc.stdout
+    assert not [c for c in board.calls() if c["cmd"] in ("apt-get", "venv-python")]

@@ -171,3 +171,83 @@ def test_a_dying_tegrastats_is_started_again(tmp_path: Path) -> None:
     asyncio.run(run())
     assert len(starts.read_text()) >= 3
     assert sampler.snapshot.tegra is not None and sampler.snapshot.tegra.temperatures_c["cpu"] == 42.593
+
+
+def _fake_sysfs(root: Path, oc_events: int, trip_mc: int = 99000) -> None:
+    """An Orin's throttling files: the junction zone's trip points and an INA3221 counter."""
+    zone = root / "class/thermal/thermal_zone8"
+    zone.mkdir(parents=True, exist_ok=True)
+    (zone / "type").write_text("tj-thermal\n")
+    (zone / "trip_point_0_type").write_text("passive\n")
+    (zone / "trip_point_0_temp").write_text(f"{trip_mc}\n")
+    (zone / "trip_point_1_type").write_text("critical\n")
+    (zone / "trip_point_1_temp").write_text("104500\n")
+    other = root / "class/thermal/thermal_zone0"
+    other.mkdir(parents=True, exist_ok=True)
+    (other / "type").write_text("cpu-thermal\n")
+    (other / "trip_point_0_type").write_text("passive\n")
+    (other / "trip_point_0_temp").write_text("50000\n")
+    hwmon = root / "class/hwmon/hwmon3"
+    hwmon.mkdir(parents=True, exist_ok=True)
+    (hwmon / "oc1_event_cnt").write_text(f"{oc_events}\n")
+    (hwmon / "oc2_event_cnt").write_text("1\n")
+
+
+def test_junction_temperature_and_throttling_on_metrics(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_tegrastats(tmp_path, JP6_ORIN)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    sysfs = tmp_path / "sys"
+    _fake_sysfs(sysfs, oc_events=3)
+    settings = make_settings(tmp_path / "data", tegrastats_cmd=["tegrastats", "--interval", "50"])
+    obs = Observability(settings)
+    obs.device.sysfs_root = sysfs
+
+    async def run() -> tuple[dict, dict]:
+        await obs.start()
+        try:
+            for _ in range(200):
+                if obs.device.snapshot.tegra is not None:
+                    break
+                await asyncio.sleep(0.02)
+            await obs.device.sample_once()
+            calm = metric_values(obs.render_metrics()[0].decode())
+            (sysfs / "class/hwmon/hwmon3/oc1_event_cnt").write_text("5\n")  # the module cut its clocks
+            await obs.device.sample_once()
+            return calm, metric_values(obs.render_metrics()[0].decode())
+        finally:
+            await obs.aclose()
+
+    calm, cut = asyncio.run(run())
+    assert value(calm, "edgecloud_device_junction_temperature_celsius") == 58.312
+    assert value(calm, "edgecloud_device_junction_throttle_celsius") == 99.0  # tj zone, not the cpu one
+    assert value(calm, "edgecloud_device_overcurrent_events_total") == 4.0
+    assert value(calm, "edgecloud_device_throttled") == 0.0
+    assert value(cut, "edgecloud_device_overcurrent_events_total") == 6.0
+    assert value(cut, "edgecloud_device_throttled") == 1.0
+    assert obs.dashboard_data()["device"]["throttled"] is True
+
+
+def test_at_the_junction_trip_point_the_device_counts_as_throttled(tmp_path: Path) -> None:
+    sysfs = tmp_path / "sys"
+    _fake_sysfs(sysfs, oc_events=0, trip_mc=58000)
+    sampler = DeviceSampler(["tegrastats"], sysfs_root=sysfs)
+    sampler.jetson = True
+    sampler.snapshot.tegra = parse_tegrastats(JP6_ORIN)  # tj@58.312C
+
+    asyncio.run(sampler.sample_once())
+
+    assert sampler.snapshot.throttled is True and sampler.snapshot.tj_throttle_c == 58.0
+
+
+def test_throttle_files_are_not_read_off_a_jetson(tmp_path: Path) -> None:
+    sysfs = tmp_path / "sys"
+    _fake_sysfs(sysfs, oc_events=7)
+    sampler = DeviceSampler(["edgecloud-no-such-tegrastats"], interval_s=0.05, sysfs_root=sysfs)
+
+    async def run() -> None:
+        await sampler.start()
+        await sampler.aclose()
+
+    asyncio.run(run())
+    snap = sampler.snapshot
+    assert (snap.overcurrent_events, snap.tj_throttle_c, snap.throttled) == (None, None, None)
