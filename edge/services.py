@@ -71,6 +71,8 @@ class Services:
                 breaker_states=lambda: self.cloud.bridge.breaker_states() if self.cloud else {},
                 update_status=lambda: self.agent.status() if self.agent is not None else {},
                 installed_version=self._installed_version,
+                edge_slots=lambda: (self.edge.busy_slots, self.edge.slots),
+                edge_batches=self.edge.batch_counts,
             )
             await self.obs.start()
         self._tasks.append(asyncio.create_task(self._load_models()))

@@ -346,6 +346,8 @@ class Observability:
         breaker_states: Callable[[], dict[str, str]],
         update_status: Callable[[], dict] | None,
         installed_version: Callable[[], str | None],
+        edge_slots: Callable[[], tuple[int, int]] | None = None,
+        edge_batches: Callable[[], tuple[int, int]] | None = None,
     ) -> None:
         """Live state the gauges read at scrape time (pulled, so never stale and never pushed)."""
         self.sources.queue_depth = queue_depth
@@ -353,6 +355,8 @@ class Observability:
         self._bound_breakers = breaker_states
         self.sources.update_status = update_status
         self.sources.installed_version = installed_version
+        self.sources.edge_slots = edge_slots
+        self.sources.edge_batches = edge_batches
 
     def _breakers(self) -> dict[str, str]:
         states = dict(self._call_breakers)

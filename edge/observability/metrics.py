@@ -251,6 +251,9 @@ class StateSources:
     breaker_states: Callable[[], dict[str, str]] | None = None
     update_status: Callable[[], dict[str, Any]] | None = None
     installed_version: Callable[[], str | None] | None = None
+    # Continuous batching: (busy slots, slots) and (batch steps, tokens decoded in them) so far.
+    edge_slots: Callable[[], tuple[int, int]] | None = None
+    edge_batches: Callable[[], tuple[int, int]] | None = None
     knowledge_status: Callable[[], dict[str, Any]] | None = None  # edge/knowledge: pack, hit ratio, to-do list
 
 
@@ -312,6 +315,18 @@ class StateCollector(Collector):
             f"{ns}_edge_queue_depth",
             "Requests waiting for or running on the edge model.",
             value=float(safe_call(src.queue_depth, 0)),
+        )
+        busy, total = safe_call(src.edge_slots, (0, 0))
+        yield GaugeMetricFamily(f"{ns}_edge_slots_busy", "Edge model slots answering a request now.",
+                                value=float(busy))
+        yield GaugeMetricFamily(f"{ns}_edge_slots", "Edge model slots ([edge] parallel).", value=float(total))
+        steps, tokens = safe_call(src.edge_batches, (0, 0))
+        yield CounterMetricFamily(f"{ns}_edge_batch_steps", "llama.cpp batch steps run by the edge model.",
+                                  value=float(steps))
+        yield CounterMetricFamily(
+            f"{ns}_edge_batch_tokens",
+            "Tokens decoded in those steps (divide the rates for the mean batch size).",
+            value=float(tokens),
         )
         yield GaugeMetricFamily(
             f"{ns}_edge_model_loaded",

@@ -15,6 +15,7 @@ MODEL_PATH=""        # final path on the device (without the test root)
 FLEET_HARDWARE=""    # the fleet's hardware name for this module, e.g. jetson-orin-nx-16gb
 N_CTX=""
 N_BATCH=""
+PARALLEL=""
 MEMORY_MAX=""
 MEMORY_HIGH=""
 SWAP_SIZE=""
@@ -26,11 +27,12 @@ load_profile() {
   local line
   line=$(conf_line "$HERE/profiles.conf" "$MODULE")
   [ -n "$line" ] || die "no profile for module '$MODULE' in $HERE/profiles.conf" 2
-  IFS='|' read -r _ profile_model profile_ctx profile_batch MEMORY_MAX SWAP_SIZE <<<"$line"
+  IFS='|' read -r _ profile_model profile_ctx profile_batch MEMORY_MAX SWAP_SIZE profile_parallel <<<"$line"
   # The soft limit sits 1 GB under the hard one: the kernel reclaims before it kills.
   MEMORY_HIGH="$(( ${MEMORY_MAX%G} - 1 ))G"
   N_CTX=${OPT_N_CTX:-$profile_ctx}
   N_BATCH=$profile_batch
+  PARALLEL=${profile_parallel:-1}
   if [ -n "$OPT_SWAP_SIZE" ]; then SWAP_SIZE=$OPT_SWAP_SIZE; fi
   MODEL_NAME=${OPT_MODEL:-$profile_model}
   FLEET_HARDWARE="jetson-$MODULE"
@@ -77,7 +79,7 @@ print_model_choice() {
   else
     say "  model:     $MODEL_NAME ($MODEL_QUANT, ~${MODEL_SIZE_MB} MB) -> $MODEL_PATH"
   fi
-  say "  context:   n_ctx=$N_CTX n_batch=$N_BATCH; service MemoryMax=$MEMORY_MAX"
+  say "  context:   n_ctx=$N_CTX per slot, $PARALLEL slots, n_batch=$N_BATCH; service MemoryMax=$MEMORY_MAX"
   say "  floor:     ${MIN_TPS:-none} decode tokens/s in the health report (jetson/floors.conf, --min-tokens-per-s)"
 }
 

@@ -55,7 +55,7 @@ write_config() {
   fi
   put_file "$conf" 0640 "root:$SERVICE_USER" < <(render "$HERE/config.toml.in" \
     MODULE "$MODULE" JETPACK "$JETPACK_VERSION" PORT "${OPT_PORT:-8080}" \
-    ADMIN_TOKEN "$(random_token)" MODEL_PATH_LINE "$model_line" N_CTX "$N_CTX" N_BATCH "$N_BATCH" \
+    ADMIN_TOKEN "$(random_token)" MODEL_PATH_LINE "$model_line" N_CTX "$N_CTX" N_BATCH "$N_BATCH" PARALLEL "$PARALLEL" \
     N_THREADS "$CPU_COUNT" FLEET_LINES "$fleet_lines" FLEET_HARDWARE "$FLEET_HARDWARE")
   SERVICE_DIRTY=1
 }

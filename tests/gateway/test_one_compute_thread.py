@@ -3,7 +3,7 @@
 A warm-up decode on another thread that stays alive leaves a second OpenMP team behind, and libgomp
 then sleeps at every barrier instead of spinning: decode ran at about half speed through the gateway
 (61-66 against 105-120 tokens/s on a 2-core box). The real model and the real runner, with
-``Llama.eval`` (the call that runs llama.cpp's graph) recording which thread called it.
+``Llama.eval`` (the one-at-a-time runner) and ``Batch.decode`` (the batched one) recording the calling thread.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from pathlib import Path
 import llama_cpp
 import pytest
 
+from edge import llama_lowlevel
 from edge.config import EdgeModelConfig
 from edge.local_model import LocalModel, find_embedded_model
 from edge.types import ChatRequest, Finish, Message
@@ -22,18 +23,25 @@ from edge.types import ChatRequest, Finish, Message
 pytestmark = pytest.mark.skipif(find_embedded_model() is None, reason="embedded model not installed")
 
 
-def test_load_warm_up_generate_and_swap_compute_on_one_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("parallel", [1, 4])
+def test_load_warm_up_generate_and_swap_compute_on_one_thread(parallel: int, monkeypatch: pytest.MonkeyPatch) -> None:
     callers: list[str] = []
     original = llama_cpp.Llama.eval
+    original_decode = llama_lowlevel.Batch.decode
 
     def recording_eval(self, tokens):  # type: ignore[no-untyped-def]
         callers.append(threading.current_thread().name)
         return original(self, tokens)
 
+    def recording_decode(self):  # type: ignore[no-untyped-def]
+        callers.append(threading.current_thread().name)
+        return original_decode(self)
+
     monkeypatch.setattr(llama_cpp.Llama, "eval", recording_eval)
+    monkeypatch.setattr(llama_lowlevel.Batch, "decode", recording_decode)
 
     async def scenario() -> None:
-        edge = LocalModel(EdgeModelConfig(n_ctx=512))
+        edge = LocalModel(EdgeModelConfig(n_ctx=512, parallel=parallel))
         await edge.load()
         assert edge.ready and callers, "the warm-up decode ran"
         req = ChatRequest(messages=[Message("user", "Hi")], max_tokens=4, temperature=0.0)

@@ -1,4 +1,5 @@
-"""The edge runner reuses llama.cpp sampler chains (edge/local_model.py: ``_reuse_samplers``).
+"""The one-at-a-time edge runner reuses llama.cpp sampler chains (edge/llama_lowlevel.py: ``reuse_samplers``;
+the batched runner's pool is tested in test_batching.py).
 
 ``Llama.generate`` builds a new chain per request, and the process grew ~20 MB over the first 40
 requests that way. Reuse must not change what a request gets: the same seed gives the same draws,
@@ -35,7 +36,7 @@ def test_chains_are_reused_and_answers_unchanged(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(llama_cpp.Llama, "_init_sampler", counting)
 
     async def scenario() -> None:
-        edge = LocalModel(EdgeModelConfig(n_ctx=512))
+        edge = LocalModel(EdgeModelConfig(n_ctx=512, parallel=1))
         await edge.load()
         greedy = [await _answer(edge, temperature=0.0) for _ in range(3)]
         assert len(set(greedy)) == 1 and greedy[0]

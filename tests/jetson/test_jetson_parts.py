@@ -156,7 +156,7 @@ def test_rendered_config_loads_in_the_gateway(installed_board: FakeJetson) -> No
     assert settings.server.port == installed_board.port
     assert settings.server.admin_token is not None and len(settings.server.admin_token.get_secret_value()) == 48
     assert settings.edge.n_gpu_layers == -1
-    assert settings.edge.n_ctx == 8192
+    assert settings.edge.n_ctx == 4096 and settings.edge.parallel == 4  # per slot, four slots
     assert str(settings.edge.model_path) == "/opt/edgecloud/models/Qwen2.5-7B-Instruct-Q4_K_M.gguf"
     assert settings.fleet.enabled is False and settings.fleet.hardware == "jetson-orin-nx-16gb"
 

@@ -192,8 +192,8 @@ def test_install_then_second_run_changes_nothing(make_board, key: str) -> None:
     # Config and the hardened service.
     config = board.path("/etc/edgecloud/config.toml").read_text()
     assert f'model_path = "/opt/edgecloud/models/{expected.expected_model_file}"' in config
-    n_ctx = 8192 if expected.expected_module == "orin-nx-16gb" else 4096
-    assert f"n_ctx = {n_ctx}" in config and "n_gpu_layers = -1" in config
+    n_ctx = 4096 if expected.expected_module == "orin-nx-16gb" else 2048
+    assert f"n_ctx = {n_ctx}" in config and "parallel = 4" in config and "n_gpu_layers = -1" in config
     assert f"n_threads = {expected.cpus}" in config
     assert 'host = "127.0.0.1"' in config and f"port = {board.port}" in config
     assert oct(board.path("/etc/edgecloud/config.toml").stat().st_mode & 0o777) == "0o640"

@@ -49,7 +49,8 @@ def gw(tmp_path_factory: pytest.TempPathFactory, embedded_model: Path,
     """One gateway for every row that has a loaded model; its cloud is swapped per row."""
     settings = make_settings(
         tmp_path_factory.mktemp("matrix"),
-        edge={"max_queue": 1, "default_max_tokens": 8},
+        # The one-at-a-time runner: the queue-full row holds it through Llama.generate.
+        edge={"max_queue": 1, "default_max_tokens": 8, "parallel": 1},
         cache={"enabled": False},
         router={"hedge": False},
         cloud=cloud_section(fake_cloud.base_url),

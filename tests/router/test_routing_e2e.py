@@ -184,9 +184,10 @@ def test_cloud_down_degraded_and_complex_503(tmp_path, embedded_model):
 def test_edge_busy_escalates_to_the_cloud(tmp_path, cloud, embedded_model):
     cloud.set_fault("none", first_token_delay_s=0.0)
     with run_gateway(gateway_settings(tmp_path, cloud.base_url, edge={"max_queue": 1})) as gw:
-        with cf.ThreadPoolExecutor(6) as pool:
-            results = list(pool.map(lambda _: chat(gw, SIMPLE, max_tokens=48), range(6)))
-        assert [r.status_code for r in results] == [200] * 6
+        n = gw.settings.edge.parallel + 6  # more than the slots and the one queue place
+        with cf.ThreadPoolExecutor(n) as pool:
+            results = list(pool.map(lambda _: chat(gw, SIMPLE, max_tokens=48), range(n)))
+        assert [r.status_code for r in results] == [200] * n
         reasons = [r.headers["x-edgecloud-reason"] for r in results]
         routes = [r.headers["x-edgecloud-route"] for r in results]
         assert "edge" in routes and "cloud" in routes, reasons

@@ -1,0 +1,142 @@
+"""Each assumption edge/llama_lowlevel.py lists (A1-A9) about llama-cpp-python, checked on the real model.
+
+These fail by name when an upgrade of llama-cpp-python changes what the batched runner relies on.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import llama_cpp
+import pytest
+from llama_cpp import llama_cpp as cpp
+
+from edge import llama_lowlevel as ll
+from edge.local_model import find_embedded_model
+from models.llama_runtime import open_llama
+
+pytestmark = pytest.mark.skipif(find_embedded_model() is None, reason="embedded model not installed")
+
+PROMPT = "The information desk is next to the main entrance of the mall"
+
+
+@pytest.fixture(scope="module")
+def llama() -> llama_cpp.Llama:
+    with ll.context_params(3):
+        model = open_llama(find_embedded_model(), n_ctx=3 * 256, n_threads=2, n_batch=128, verbose=False)
+    yield model
+    model.close()
+
+
+def tokens(llama: llama_cpp.Llama) -> list[int]:
+    return llama.tokenize(PROMPT.encode(), add_bos=False, special=False)
+
+
+def logits_after(llama: llama_cpp.Llama, batch: ll.Batch, token: int, pos: int, seq: int) -> list[float]:
+    batch.clear()
+    index = batch.add(token, pos, seq, True)
+    assert batch.decode() == 0
+    row = cpp.llama_get_logits_ith(ll.context(llama), index)
+    return [row[i] for i in range(64)]
+
+
+def test_a1_a2_context_params_reach_the_context(llama: llama_cpp.Llama) -> None:
+    assert "llama_context_default_params()" in inspect.getsource(llama_cpp.Llama.__init__)
+    assert ll.n_seq_max(llama) == 3
+    assert ll.kv_unified(llama) is True
+    assert ll.n_ctx(llama) >= 3 * 256
+    # The library's own function is back after the constructor call.
+    assert cpp.llama_context_default_params().n_seq_max == 1
+
+
+def test_a3_private_attributes_of_llama(llama: llama_cpp.Llama) -> None:
+    assert ll.context(llama) is not None and ll.vocab(llama) is not None
+    assert isinstance(ll.token_text(llama, llama.token_eos()), str)
+    assert hasattr(llama, "_stack") and hasattr(llama, "_batch") and llama.n_batch == 128
+
+
+def test_a4_a5_a7_batch_decode_and_sequence_memory(llama: llama_cpp.Llama) -> None:
+    fields = {name for name, _ in cpp.llama_batch._fields_}
+    assert {"n_tokens", "token", "pos", "n_seq_id", "seq_id", "logits"} <= fields
+    batch = ll.Batch(llama, 128)
+    memory = ll.Memory(llama)
+    memory.clear()
+    prompt = tokens(llama)
+    n = len(prompt)
+    batch.clear()
+    batch.add_many(prompt[:-1], 0, 0, logits_last=False)
+    assert batch.decode() == 0
+    assert memory.pos_max(0) == n - 2 and memory.pos_max(1) == -1
+    # A2/A7: sequence 1 sees sequence 0's cells after a share, and the next token's logits are the same.
+    memory.share(0, 1, n - 1)
+    assert memory.pos_max(1) == n - 2
+    on_0 = logits_after(llama, batch, prompt[-1], n - 1, 0)
+    on_1 = logits_after(llama, batch, prompt[-1], n - 1, 1)
+    assert on_0 == on_1
+    # Without the prefix, sequence 2 computes something else.
+    assert logits_after(llama, batch, prompt[-1], 0, 2) != on_0
+    memory.remove(1, 3)
+    assert memory.pos_max(1) == 2 and memory.pos_max(0) == n - 1  # sequence 0 keeps the shared cells
+    # A5: an invalid batch (a sequence id past n_seq_max) is refused with a negative code, not a crash.
+    batch.clear()
+    batch.add(prompt[0], 0, 7, True)
+    assert batch.decode() < 0
+    memory.clear()
+
+
+def test_a6_sampler_chains(llama: llama_cpp.Llama) -> None:
+    batch = ll.Batch(llama, 128)
+    memory = ll.Memory(llama)
+    memory.clear()
+    prompt = tokens(llama)
+    batch.clear()
+    batch.add_many(prompt, 0, 0, logits_last=True)
+    assert batch.decode() == 0
+    index = batch.n - 1
+    greedy = ll.SamplerChain(llama, temperature=0.0, top_p=1.0, top_k=1, min_p=0.05, seed=None)
+    seeded = ll.SamplerChain(llama, temperature=1.5, top_p=1.0, top_k=40, min_p=0.0, seed=99)
+    try:
+        first = greedy.sample(ll.context(llama), index)
+        assert 0 <= first < llama.n_vocab()
+        assert greedy.sample(ll.context(llama), index) == first
+        draws = [seeded.sample(ll.context(llama), index) for _ in range(6)]
+        seeded.reset()
+        assert [seeded.sample(ll.context(llama), index) for _ in range(6)] == draws  # reset reseeds
+        with pytest.raises(ValueError):
+            ll.SamplerChain(llama, temperature=0.0, top_p=1.0, top_k=1, min_p=0.05, seed=None,
+                            grammar="root ::= (")
+        grammar = ll.SamplerChain(llama, temperature=0.0, top_p=1.0, top_k=1, min_p=0.05, seed=None,
+                                  grammar='root ::= "yes" | "no"')
+        token = grammar.sample(ll.context(llama), index)
+        assert llama.detokenize([token]).decode() in ("y", "ye", "yes", "n", "no")
+        grammar.free()
+    finally:
+        greedy.free()
+        seeded.free()
+        memory.clear()
+
+
+def test_a8_a9_what_the_one_at_a_time_runner_uses() -> None:
+    source = inspect.getsource(llama_cpp.Llama.generate)
+    assert "self._init_sampler(" in source
+    assert "_seed" in inspect.getsource(llama_cpp.Llama._init_sampler)
+    model = open_llama(find_embedded_model(), n_ctx=256, n_threads=2, verbose=False)
+    try:
+        prompt = model.tokenize(PROMPT.encode(), add_bos=False, special=False)
+        model.eval(prompt)
+        assert ll.kv_prefix(model, [*prompt, 1, 2]) == len(prompt)
+        built = []
+        original = model._init_sampler
+
+        def counting(**kwargs):  # type: ignore[no-untyped-def]
+            built.append(kwargs)
+            return original(**kwargs)
+
+        model._init_sampler = counting
+        ll.reuse_samplers(model)
+        for _ in range(2):
+            for _token in model.generate(prompt, temp=0.0, top_k=1):
+                break
+        assert len(built) == 1
+    finally:
+        model.close()
