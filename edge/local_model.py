@@ -161,8 +161,8 @@ class LocalModel:
 
     # ----- lifecycle -------------------------------------------------------------------------
     def heartbeat(self) -> asyncio.Future[None]:
-        """A no-op on the generation thread: it runs only when that thread is free and alive."""
-        return asyncio.get_running_loop().run_in_executor(self._executor, self._beat)
+        """A no-op on the generation thread: it runs between two steps (or jobs) only when that thread is alive."""
+        return asyncio.wrap_future(self._compute.call(self._beat))
 
     def _beat(self) -> None:
         self.progress_at = time.monotonic()

@@ -48,7 +48,10 @@ def _parses(body: Any) -> bool:
 
 CASES: dict[str, Any] = {
     "base": BASE,
-    **{f"role {r}": _with(messages=[_message("system", "You are a kiosk."), _message(r, "hi")]) for r in sorted(ROLES)},
+    **{f"role {r}": _with(messages=[_message("system", "You are a kiosk."), _message(r, "hi")])
+       for r in sorted(ROLES - {"tool"})},
+    "role tool": _with(messages=[_message("system", "You are a kiosk."),
+                                 {"role": "tool", "content": "hi", "tool_call_id": "call_1"}]),
     "role unknown": _with(messages=[_message("robot")]),
     "role missing": _with(messages=[{"content": "hi"}]),
     **{f"part {t}": _with(messages=[_message(content=[{"type": "text", "text": "Where?"}, {"type": t}])])
@@ -97,6 +100,7 @@ BEYOND_THE_SCHEMA = {
     "max_tokens over the configured limit": (_with(max_tokens=SETTINGS.edge.max_tokens_limit + 1), "max_tokens"),
     "no text in any message": (_with(messages=[_message("user", "   ")]), "messages"),
     "a model name not configured": (_with(model="gpt-nonexistent"), "model"),
+    "a tool message without its call id": (_with(messages=[_message("tool", "hi")]), "messages[0].tool_call_id"),
 }
 
 

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 try:
-    import tomllib
+    import tomllib  # novermin (3.11 branch; tomli below)
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 

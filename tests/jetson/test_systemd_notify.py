@@ -178,7 +178,7 @@ def test_gateway_says_ready_with_readyz_and_pings_only_while_generation_is_alive
 
         # The generation thread stops answering (a wedged CUDA call): the pings stop.
         gate = threading.Event()
-        gw.services.edge._executor.submit(gate.wait)
+        gw.services.edge._compute.call(gate.wait)
         silent_at = notify_socket.wait_for("STATUS=generation thread silent", 30, after=time.monotonic())
         time.sleep(2.5)
         assert notify_socket.count("WATCHDOG=1", silent_at) == 0
