@@ -32,11 +32,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.edge_overhead import QUESTIONS, RESULTS, SYSTEM, _cpu_model, _free_port, _rss_mb, _wait_ready, percentile
+from bench.edge_overhead import QUESTIONS, RESULTS, SYSTEM, _cpu_model, _rss_mb, _wait_ready, percentile
+from bench.local_run import free_port
 
 
 def start_gateway(data_dir: Path, parallel: int) -> tuple[subprocess.Popen, str, float]:
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "EDGECLOUD_SERVER_DATA_DIR": str(data_dir), "EDGECLOUD_CACHE_ENABLED": "false",
            "EDGECLOUD_LOGGING_LEVEL": "WARNING", "EDGECLOUD_EDGE_PARALLEL": str(parallel),
            "EDGECLOUD_EDGE_MAX_QUEUE": "16"}
@@ -50,7 +51,7 @@ def start_gateway(data_dir: Path, parallel: int) -> tuple[subprocess.Popen, str,
 def start_llama_server(binary: Path, model: Path, slots: int) -> tuple[subprocess.Popen, str, float]:
     from models.llama_runtime import use_extra_buffer_types
 
-    port = _free_port()
+    port = free_port()
     cmd = [str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-c", str(2048 * slots),
            "-np", str(slots), "--log-disable"]
     if not use_extra_buffer_types("auto"):
