@@ -1,6 +1,6 @@
 """Write the kiosk benchmark's shipped traffic (``bench/data/routing``) from the public routing data.
 
-Run once by a maintainer (``python -m bench.curate_traffic --source ../shared/datasets/routing``);
+Run once by a maintainer (``python -m bench.curate_traffic --source DIR``, DIR the shared routing data);
 the output is committed, so the benchmark and its tests run in a fresh clone without the source.
 Rules, so that the traffic measures the router on text it never learned from:
 

@@ -7,8 +7,9 @@ policy. Two kinds of traffic, each reported on its own:
 * ``kiosk``: kiosk-length requests (the single-turn rows of the kiosk data shipped in
   ``models/intent/data``, English and Chinese, up to 600 characters). The classifier reads all of such
   a request, so this is the fast path every kiosk question takes; its target is P99 <= 1 ms.
-* ``all``: the kiosk requests plus, when ``../shared/datasets/routing`` is present, its rows of up to
-  2,000 characters (pasted documents, code, exam questions); target P99 <= 5 ms.
+* ``all``: the kiosk requests plus long rows (601 to 2,000 characters: pasted documents, code, exam
+  questions) from the shipped benchmark traffic ``bench/data/routing``, and from every ``--dataset-dir``
+  given (for example the shared routing data); target P99 <= 5 ms.
 
 Prints P50/P99 per stage and kind and writes ``bench/results/route_overhead.json``.
 
@@ -31,7 +32,7 @@ from bench.edge_overhead import QUESTIONS
 from bench.percentile import percentile
 
 RESULTS = Path(__file__).resolve().parent / "results"
-SHARED = Path(__file__).resolve().parent.parent.parent / "shared" / "datasets" / "routing"
+SHIPPED_TRAFFIC = Path(__file__).resolve().parent / "data" / "routing"
 KIOSK_DATA = Path(__file__).resolve().parent.parent / "models" / "intent" / "data"
 
 
@@ -44,16 +45,16 @@ def _texts(paths: list[Path], max_chars: int) -> list[str]:
     return out
 
 
-def load_texts(limit: int, seed: int = 7) -> list[tuple[str, str]]:
-    """``limit`` requests as (kind, text): about half kiosk-length, half long rows when the shared data is there."""
+def load_texts(limit: int, seed: int = 7, extra_dirs: tuple[Path, ...] = ()) -> list[tuple[str, str]]:
+    """``limit`` requests as (kind, text): half kiosk-length, half long rows (shipped traffic and ``extra_dirs``)."""
     kiosk = _texts(sorted(KIOSK_DATA.glob("kiosk_*.jsonl")), 600) or list(QUESTIONS)
-    long = _texts(sorted(SHARED.glob("*.jsonl")), 2000) if SHARED.is_dir() else []
+    long = _texts([p for d in (SHIPPED_TRAFFIC, *extra_dirs) for p in sorted(Path(d).glob("*.jsonl"))], 2000)
     long = [t for t in long if len(t) > 600]
     rng = random.Random(seed)
     return [("long", rng.choice(long)) if long and i % 2 else ("kiosk", rng.choice(kiosk)) for i in range(limit)]
 
 
-async def measure(n: int) -> dict:
+async def measure(n: int, extra_dirs: tuple[Path, ...] = ()) -> dict:
     from edge.config import Settings
     from edge.services import Services
 
@@ -65,7 +66,7 @@ async def measure(n: int) -> dict:
         from edge.schemas import parse_chat_request
 
         pipeline, cache = services.pipeline, services.cache
-        texts = load_texts(n)
+        texts = load_texts(n, extra_dirs=extra_dirs)
         stages: dict[str, list[float]] = {"parse": [], "cache": [], "decide": [], "total": []}
         kinds: list[str] = []
         routes: dict[str, int] = {}
@@ -97,16 +98,18 @@ async def measure(n: int) -> dict:
     return {"requests": n, "stages": summary(None), "kiosk": summary("kiosk"), "routes": routes,
             "targets": {"kiosk_total_p99_ms": 1.0, "all_total_p99_ms": 5.0},
             "classifier": type(services.classifier).__name__ if services.classifier else None,
-            "data": "kiosk rows of models/intent/data" + (" + long rows of shared/datasets/routing"
-                                                          if SHARED.is_dir() else "")}
+            "data": "kiosk rows of models/intent/data + long rows of "
+                    + ", ".join(str(d) for d in ("bench/data/routing", *extra_dirs))}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--requests", type=int, default=3000)
     parser.add_argument("--out", type=Path, default=RESULTS / "route_overhead.json")
+    parser.add_argument("--dataset-dir", type=Path, action="append", default=[], metavar="DIR",
+                        help="more routing *.jsonl folders to draw long rows from (e.g. the shared routing data)")
     args = parser.parse_args(argv)
-    report = asyncio.run(measure(args.requests))
+    report = asyncio.run(measure(args.requests, tuple(args.dataset_dir)))
     report["machine"] = {"cpus": os.cpu_count()}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2))
