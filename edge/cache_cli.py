@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +72,13 @@ def _request(args: argparse.Namespace) -> tuple[str, str, dict[str, Any]]:
 
 
 def run(args: argparse.Namespace) -> int:
+    return call_admin(args, _request)
+
+
+def call_admin(args: argparse.Namespace, build: Callable[[argparse.Namespace], tuple[str, str, dict]]) -> int:
+    """Send one admin request built by ``build(args)`` with the admin token from the environment or a file
+    (never the command line), print the JSON answer; the exit status says what failed. Shared by every
+    command that talks to a running gateway's admin API."""
     import httpx
 
     if args.token is not None:
@@ -86,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: an admin token is needed ({TOKEN_ENV} or --token-file)", file=sys.stderr)
         return 2
     try:
-        method, path, kwargs = _request(args)
+        method, path, kwargs = build(args)
     except OSError as exc:
         print(f"error: cannot read {args.path}: {exc.strerror or exc}", file=sys.stderr)
         return 2
@@ -109,4 +117,4 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["register", "run"]
+__all__ = ["call_admin", "register", "run"]

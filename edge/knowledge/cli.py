@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from edge.cache_cli import DEFAULT_URL, TOKEN_ENV, read_token
+from edge.cache_cli import DEFAULT_URL, TOKEN_ENV
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -90,42 +90,9 @@ def _request(args: argparse.Namespace) -> tuple[str, str, dict[str, Any]]:
 
 
 def run_remote(args: argparse.Namespace) -> int:
-    import httpx
+    from ..cache_cli import call_admin
 
-    if args.token is not None:
-        print(f"error: --token would show the admin token to every local user (ps); set {TOKEN_ENV} "
-              "or use --token-file", file=sys.stderr)
-        return 2
-    try:
-        token = read_token(args.token_file) if args.token_file else os.environ.get(TOKEN_ENV)
-    except OSError as exc:
-        print(f"error: cannot read the token file {args.token_file}: {exc.strerror or exc}", file=sys.stderr)
-        return 2
-    if not token:
-        print(f"error: an admin token is needed ({TOKEN_ENV} or --token-file)", file=sys.stderr)
-        return 2
-    try:
-        method, path, kwargs = _request(args)
-    except OSError as exc:
-        print(f"error: cannot read {args.path}: {exc.strerror or exc}", file=sys.stderr)
-        return 2
-    headers = {"authorization": f"Bearer {token}", **kwargs.pop("headers", {})}
-    try:
-        with httpx.Client(base_url=args.url, timeout=args.timeout) as client:
-            response = client.request(method, path, headers=headers, **kwargs)
-    except httpx.HTTPError as exc:
-        print(f"error: cannot reach the gateway at {args.url}: {type(exc).__name__}", file=sys.stderr)
-        return 1
-    try:
-        body = response.json()
-    except ValueError:
-        body = {"error": {"message": response.text[:500]}}
-    if response.status_code >= 400:
-        message = body.get("error", {}).get("message") if isinstance(body, dict) else None
-        print(f"error: HTTP {response.status_code}: {message or body}", file=sys.stderr)
-        return 1
-    print(json.dumps(body, indent=2, ensure_ascii=False))
-    return 0
+    return call_admin(args, _request)
 
 
 __all__ = ["register"]
