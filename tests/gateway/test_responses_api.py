@@ -10,7 +10,6 @@ import openai
 import pytest
 from pydantic import BaseModel
 
-from bench.fake_cloud import FakeCloudConfig, run_fake_cloud_in_thread
 from harness import make_settings, run_gateway
 
 SIMPLE = "Where is the nearest restroom?"
@@ -25,19 +24,6 @@ FAST = {"connect_timeout_s": 1.0, "ttft_timeout_s": 5.0, "max_gap_s": 5.0, "tota
 class Gate(BaseModel):
     gate: str
     terminal: int
-
-
-@pytest.fixture(scope="module")
-def cloud():
-    handle = run_fake_cloud_in_thread(FakeCloudConfig())
-    yield handle
-    handle.stop()
-
-
-@pytest.fixture
-def fake(cloud):
-    cloud.reset()
-    return cloud
 
 
 @pytest.fixture(scope="module")

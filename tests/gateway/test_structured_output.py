@@ -15,7 +15,6 @@ import openai
 import pytest
 from pydantic import BaseModel
 
-from bench.fake_cloud import FakeCloudConfig, run_fake_cloud_in_thread
 from harness import make_settings, run_gateway
 
 SIMPLE = "Where is the nearest restroom?"
@@ -33,19 +32,6 @@ class Directions(BaseModel):
     place: str
     floor: int
     accessible: bool
-
-
-@pytest.fixture(scope="module")
-def cloud():
-    handle = run_fake_cloud_in_thread(FakeCloudConfig())
-    yield handle
-    handle.stop()
-
-
-@pytest.fixture
-def fake(cloud):
-    cloud.reset()
-    return cloud
 
 
 @pytest.fixture(scope="module")

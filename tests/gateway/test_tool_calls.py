@@ -13,7 +13,6 @@ import httpx
 import openai
 import pytest
 
-from bench.fake_cloud import FakeCloudConfig, run_fake_cloud_in_thread
 from harness import make_settings, run_gateway
 
 TOOLS = [
@@ -29,19 +28,6 @@ ASK = [{"role": "user", "content": "Show me the way to gate B12"}]
 FAST = {"connect_timeout_s": 1.0, "ttft_timeout_s": 5.0, "max_gap_s": 5.0, "total_timeout_s": 20.0,
         "backoff_base_s": 0.01, "backoff_max_s": 0.05, "keep_warm_interval_s": 600.0, "max_retries": 0,
         "breaker_consecutive_failures": 10_000, "breaker_min_calls": 10_000}
-
-
-@pytest.fixture(scope="module")
-def cloud():
-    handle = run_fake_cloud_in_thread(FakeCloudConfig())
-    yield handle
-    handle.stop()
-
-
-@pytest.fixture
-def fake(cloud):
-    cloud.reset()
-    return cloud
 
 
 @pytest.fixture(scope="module")
