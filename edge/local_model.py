@@ -50,6 +50,7 @@ from .config import EdgeModelConfig
 from .constrained import request_constraints
 from .disclosure import public_load_error
 from .errors import APIError, overloaded, unavailable
+from .tools import edge_tools_state
 from .types import ChatRequest, Finish, TextDelta, Usage
 
 log = logging.getLogger("edgecloud.edge")
@@ -379,6 +380,11 @@ class LocalModel:
     @property
     def n_ctx(self) -> int:
         return self.model.n_ctx if self.model else self.config.n_ctx
+
+    @property
+    def tools_state(self) -> str:
+        """The loaded model's tool-call format, or why it has none (``edge.tools.edge_tools_state``)."""
+        return edge_tools_state(self)
 
     def count_prompt_tokens(self, req: ChatRequest) -> int:
         """Tokens of the formatted prompt (tokeniser only, no model state touched)."""

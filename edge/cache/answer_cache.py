@@ -289,6 +289,25 @@ class AnswerCache:
             self._count(f"{hit.reason}_hits")
         return hit
 
+    def peek(self, req: ChatRequest, policy: CachePolicy) -> CacheHit | None:
+        """What ``lookup`` would return, with no side effect: no hit or miss counted and no LRU
+        refresh, so a preview (``POST /v1/route``) never changes what the cache reports or evicts."""
+        if not policy.read or self._answers is None:
+            return None
+        try:
+            parts = self.key_parts(req)
+            if not parts.question:
+                return None
+            hit = self._lookup_faq(parts.question)
+            if hit is None:
+                hit = self._lookup_exact(parts, policy, touch=False)
+            if hit is None and self._semantic is not None:
+                hit = self._lookup_semantic(parts, policy, touch=False)
+        except Exception as exc:  # a preview reports a miss; the next real lookup counts and repairs
+            log.warning("cache peek failed: %s: %s", type(exc).__name__, exc)
+            return None
+        return hit
+
     def store(
         self,
         req: ChatRequest,
@@ -516,11 +535,11 @@ class AnswerCache:
             stored_at=stored_at, model="faq", age_s=max(0.0, time.time() - stored_at),
         )
 
-    def _lookup_exact(self, parts: KeyParts, policy: CachePolicy) -> CacheHit | None:
+    def _lookup_exact(self, parts: KeyParts, policy: CachePolicy, touch: bool = True) -> CacheHit | None:
         answers = self._answers
         if answers is None:
             return None
-        value = self._get(answers, parts.key)
+        value = self._get(answers, parts.key, touch)
         if value is None:
             return None
         hit = self._answer_hit(parts.key, value, policy, "hit")
@@ -548,7 +567,7 @@ class AnswerCache:
             age_s=age,
         )
 
-    def _lookup_semantic(self, parts: KeyParts, policy: CachePolicy) -> CacheHit | None:
+    def _lookup_semantic(self, parts: KeyParts, policy: CachePolicy, touch: bool = True) -> CacheHit | None:
         index = self._semantic
         if time.monotonic() - self._sem_synced > SEMANTIC_SYNC_S:
             self._sync_semantic()
@@ -557,7 +576,7 @@ class AnswerCache:
                 store = self._faq if context == FAQ_CONTEXT else self._answers
                 if store is None:
                     continue
-                value = self._get(store, key)
+                value = self._get(store, key, touch)
                 if not isinstance(value, dict):
                     index.remove(context, key)  # expired or evicted since it was indexed
                     continue
@@ -570,7 +589,7 @@ class AnswerCache:
                     return hit
         return None
 
-    def _get(self, store: diskcache.Cache, key: str) -> Any:
+    def _get(self, store: diskcache.Cache, key: str, touch: bool = True) -> Any:
         """Read one value without writing; a corrupt row is deleted and reported.
 
         diskcache's own ``get`` under least-recently-used eviction writes the access time in a
@@ -587,7 +606,7 @@ class AnswerCache:
             except Exception as exc:
                 log.debug("deleting a corrupt entry failed: %s", exc)
             raise
-        if value is not None and store is self._answers:
+        if touch and value is not None and store is self._answers:
             self._touch(key)
         return value
 
