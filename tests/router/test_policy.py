@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from edge.config import RouterConfig, Settings
 from edge.app import refusal_error
+from edge.config import RouterConfig, Settings
 from edge.router import LiveState, RefusalKind, Router
 from edge.schemas import parse_chat_request
 
