@@ -116,9 +116,12 @@ class Pipeline:
             cloud_ttft_p95_s=cloud.ttft_p95_s() if cloud and cloud.enabled else None,
         )
 
-    def decide(self, req: ChatRequest, evidence: Evidence | None = None) -> Decision:
-        if evidence is None and self.knowledge is not None:
-            evidence = self.knowledge.evidence(req.last_user_message)
+    def decide(self, req: ChatRequest) -> Decision:
+        """The router's decision, evidence looked up here (a synchronous caller: the benchmark)."""
+        knowledge = self.knowledge
+        return self._decide(req, knowledge.evidence(req.last_user_message) if knowledge is not None else None)
+
+    def _decide(self, req: ChatRequest, evidence: Evidence | None) -> Decision:
         live = self.live_state()
         prepare(req, live.edge_tools)  # a tool request the device may answer gets its grammar
         return self.router.decide(req, live, self.edge.count_prompt_tokens(req), evidence=evidence)
@@ -219,7 +222,7 @@ class Pipeline:
             if policy.read and peek_cache:
                 cache_view.hit = await self._read_cache(cache, cache.peek, req, policy)
         started = time.perf_counter()
-        decision = self.decide(req, await self.evidence(req))
+        decision = self._decide(req, await self.evidence(req))
         return Preview(decision, (time.perf_counter() - started) * 1000.0, cache_view)
 
     async def _start(self, req: ChatRequest, timer: Timer, record: RequestRecord) -> Answer:
@@ -233,7 +236,7 @@ class Pipeline:
                     return self._cache_answer(req, timer, record, hit)
             record.cache = "miss" if policy.read else "bypass"
 
-        decision = self.decide(req, await self.evidence(req))
+        decision = self._decide(req, await self.evidence(req))
         timer.mark("route")
         record.scenario, record.label, record.confidence = decision.scenario, decision.label, decision.confidence
         if decision.refusal is not None:
