@@ -69,6 +69,8 @@ class EdgeBackend(GeneratingBackend, Protocol):
 
     def count_prompt_tokens(self, req: ChatRequest) -> int: ...
 
+    def prompt_token_bound(self, req: ChatRequest) -> int: ...  # >= count_prompt_tokens, no tokenizer
+
 
 @runtime_checkable
 class CloudRouteBackend(GeneratingBackend, Protocol):

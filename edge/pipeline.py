@@ -124,7 +124,13 @@ class Pipeline:
     def _decide(self, req: ChatRequest, evidence: Evidence | None) -> Decision:
         live = self.live_state()
         prepare(req, live.edge_tools)  # a tool request the device may answer gets its grammar
-        return self.router.decide(req, live, self.edge.count_prompt_tokens(req), evidence=evidence)
+        # The exact count only when the prompt may not fit: the byte bound decides most kiosk requests
+        # without the tokenizer, which costs more than the rest of the decision.
+        tokens = self.edge.prompt_token_bound(req)
+        exact = tokens > self.router.prompt_budget(live)
+        if exact:
+            tokens = self.edge.count_prompt_tokens(req)
+        return self.router.decide(req, live, tokens, evidence=evidence, prompt_tokens_exact=exact)
 
     async def evidence(self, req: ChatRequest) -> Evidence | None:
         """Venue evidence for the request: BM25 is sub-millisecond and runs here; the optional dense

@@ -104,6 +104,8 @@ class Decision:
     label: str | None = None
     confidence: float | None = None
     prompt_tokens: int = 0
+    # False: prompt_tokens is an upper bound (the prompt fits by it; see LocalModel.prompt_token_bound).
+    prompt_tokens_exact: bool = True
     classifier_ms: float | None = None
     # The confidence a simple label needs to stay on the edge, and where that number comes from.
     threshold: float | None = None
@@ -165,9 +167,17 @@ class Router:
         name = (req.scenario_header or self.config.scenario).strip().lower()
         return PROFILES.get(name, PROFILES[self.config.scenario])
 
-    def decide(self, req: ChatRequest, live: LiveState, prompt_tokens: int, evidence: Any = None) -> Decision:
+    def prompt_budget(self, live: LiveState) -> int:
+        """The largest prompt, in tokens, the edge is given; a larger one goes to the cloud."""
+        return int(self.config.max_prompt_share * live.edge_n_ctx)
+
+    def decide(
+        self, req: ChatRequest, live: LiveState, prompt_tokens: int, evidence: Any = None, *,
+        prompt_tokens_exact: bool = True,
+    ) -> Decision:
         profile = self.scenario_for(req)
-        d = Decision(route="edge", reason="", scenario=profile.name, prompt_tokens=prompt_tokens, knowledge=evidence)
+        d = Decision(route="edge", reason="", scenario=profile.name, prompt_tokens=prompt_tokens,
+                     prompt_tokens_exact=prompt_tokens_exact, knowledge=evidence)
         rules = d.rules
 
         # What each backend may take at all. Earlier turns and a long (but fitting) prompt go to
@@ -307,7 +317,7 @@ class Router:
                 return why
         if req.has_images:
             return "images"
-        if prompt_tokens > self.config.max_prompt_share * live.edge_n_ctx:
+        if prompt_tokens > self.prompt_budget(live):
             return "prompt-size"
         if req.is_multi_turn:
             return "multi-turn"
