@@ -1,4 +1,4 @@
-"""A started answer, as the pipeline hands it to the HTTP layer.
+"""What the pipeline hands the HTTP layer: an ``Answer``, a ``Preview``, or ``Refused``.
 
 An ``Answer`` holds the first event of a backend's stream (the pipeline only returns once it
 exists) and the rest of that stream. Iterating ``events()`` records what the text was, which tool
@@ -15,11 +15,15 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from .errors import APIError, internal
 from .records import RequestRecord
-from .router import Decision
+from .router import Decision, Refusal
 from .types import ChatRequest, Finish, TextDelta, Timer, ToolCallDelta
+
+if TYPE_CHECKING:
+    from .cache import CacheHit
 
 log = logging.getLogger("edgecloud.pipeline")
 
@@ -114,16 +118,49 @@ class Answer:
         return None
 
     def settle(self, outcome: str | None = None, error: APIError | None = None) -> None:
-        """Record how the answer ended (once): as it ended, or as ``outcome``/``error`` say."""
+        """Record how the answer ended (once): as it ended, or as ``outcome`` and ``error`` say."""
         if self._settled or self._settle is None:
             return
         self._settled = True
         ended, finish, ended_error = self._ended
-        self._settle(self, outcome or ended, finish, error or ended_error)
+        if outcome is None:
+            outcome, error = ended, ended_error
+        self._settle(self, outcome, finish, error)
 
     @property
     def text(self) -> str:
         return "".join(self._text)
 
 
-__all__ = ["Answer", "Events", "Started"]
+class Refused(Exception):
+    """The router refused the request: no backend may answer it. The HTTP layer gives
+    ``refusal.kind`` its status and reports the request with ``Pipeline.count_refused``."""
+
+    def __init__(self, refusal: Refusal, record: RequestRecord, timer: Timer) -> None:
+        super().__init__(refusal.message)
+        self.refusal, self.record, self.timer = refusal, record, timer
+
+
+@dataclass
+class CachePreview:
+    read: bool
+    write: bool
+    reason: str  # the policy's reason ("ok", "no-store", ...)
+    hit: CacheHit | None = None
+    disclosed: bool = False  # whether ``hit`` is told at all (only to a caller allowed to know)
+
+
+@dataclass
+class Preview:
+    """Where a request would go, without generating: the decision and what the cache holds."""
+
+    decision: Decision
+    decision_ms: float
+    cache: CachePreview | None = None
+
+
+def cache_reason(hit: CacheHit) -> str:
+    return "faq" if hit.reason == "faq" else f"cache:{hit.reason}"
+
+
+__all__ = ["Answer", "CachePreview", "Events", "Preview", "Refused", "Started", "cache_reason"]

@@ -25,16 +25,15 @@ import functools
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
-from .answer import Answer, Events, Started
+from .answer import Answer, CachePreview, Events, Preview, Refused, Started, cache_reason
 from .backends import AnswerCacheStore, CloudRouteBackend, EdgeBackend, GeneratingBackend, KnowledgeSource
 from .constrained import ConstrainedEdge, prepare
 from .errors import APIError, internal
 from .hedging import First, hedged
 from .records import RequestRecord
-from .router import Decision, LiveState, Refusal, Router
+from .router import Decision, LiveState, Router
 from .schemas import reject_for_edge
 from .types import ChatRequest, Finish, TextDelta, Timer, Usage
 
@@ -44,37 +43,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("edgecloud.pipeline")
 T = TypeVar("T")
-
-
-class Refused(Exception):
-    """The router refused the request: no backend may answer it. The HTTP layer gives
-    ``refusal.kind`` its status and reports the request with ``Pipeline.count_refused``."""
-
-    def __init__(self, refusal: Refusal, record: RequestRecord, timer: Timer) -> None:
-        super().__init__(refusal.message)
-        self.refusal, self.record, self.timer = refusal, record, timer
-
-
-@dataclass
-class CachePreview:
-    read: bool
-    write: bool
-    reason: str  # the policy's reason ("ok", "no-store", ...)
-    hit: CacheHit | None = None
-    disclosed: bool = False  # whether ``hit`` is told at all (only to a caller allowed to know)
-
-
-@dataclass
-class Preview:
-    """Where a request would go, without generating: the decision and what the cache holds."""
-
-    decision: Decision
-    decision_ms: float
-    cache: CachePreview | None = None
-
-
-def cache_reason(hit: CacheHit) -> str:
-    return "faq" if hit.reason == "faq" else f"cache:{hit.reason}"
 
 
 class Pipeline:

@@ -43,6 +43,9 @@ class Scripted:
     fail_after: int | None = None  # raise ``error`` after this many deltas
     error: APIError | None = None
     gate: asyncio.Event | None = None  # the first event waits for this
+    stall_after: int | None = None  # after this many deltas, wait for ``resume`` (set ``stalled`` first)
+    resume: asyncio.Event = field(default_factory=asyncio.Event)
+    stalled: asyncio.Event = field(default_factory=asyncio.Event)
     calls: int = 0
     closed: int = 0  # streams ended: finished, failed or cancelled
     started: asyncio.Event = field(default_factory=asyncio.Event)
@@ -60,6 +63,9 @@ class Scripted:
             for i, text in enumerate(self.texts):
                 if self.fail_after is not None and i == self.fail_after:
                     raise self.error or cloud_cut()
+                if self.stall_after is not None and i == self.stall_after:
+                    self.stalled.set()
+                    await self.resume.wait()
                 yield TextDelta(text)
             yield Finish("stop", Usage(9, len(self.texts)), {}, f"{self.name}-model")
         finally:
@@ -82,6 +88,9 @@ class ScriptedEdge(Scripted):
 
     def count_prompt_tokens(self, req: ChatRequest) -> int:
         return 20
+
+    def prompt_token_bound(self, req: ChatRequest) -> int:
+        return 24
 
 
 @dataclass

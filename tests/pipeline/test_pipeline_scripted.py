@@ -342,3 +342,20 @@ def test_a_client_gone_mid_answer_closes_the_backend_and_records_a_cancel() -> N
         assert rec.outcome == "cancelled"
 
     run(scenario())
+
+
+def test_a_client_gone_during_a_non_streamed_answer_closes_the_backend_once() -> None:
+    async def scenario() -> None:
+        edge = ScriptedEdge(texts=("one", "two"), stall_after=1)
+        r = rig(edge)
+        task = asyncio.create_task(r.pipeline.complete(ask(SIMPLE)))
+        await edge.stalled.wait()  # mid-answer
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert (edge.closed, r.cloud.calls) == (1, 0)  # stopped, not restarted elsewhere
+        await settled()
+        (rec,) = r.records
+        assert (rec.outcome, rec.status) == ("cancelled", 200)
+
+    run(scenario())
