@@ -131,6 +131,12 @@ class Answer:
     def text(self) -> str:
         return "".join(self._text)
 
+    def final(self) -> Finish:
+        """The ``Finish`` of a completed answer (``Pipeline.complete`` ends every answer with one)."""
+        if self.finish is None:
+            raise internal("The backend ended without finishing.")
+        return self.finish
+
 
 class Refused(Exception):
     """The router refused the request: no backend may answer it. The HTTP layer gives

@@ -395,8 +395,7 @@ def create_app(settings: Settings) -> FastAPI:
                 headers={**_headers(answer, request_id, False), "cache-control": "no-cache",
                          "x-accel-buffering": "no"},
             )
-        finish = answer.finish
-        assert finish is not None  # a completed answer ended with its Finish
+        finish = answer.final()
         body_out = completion_body(completion_id, req.model, answer.text, finish, _timings(answer, finish),
                                    assemble_tool_calls(answer.tool_calls))
         return JSONResponse(body_out, headers=_headers(answer, request_id, True, finish))

@@ -401,6 +401,5 @@ def mount_responses(app: Any, settings: Any) -> None:
             return StreamingResponse(stream_events(answer, writer), media_type="text/event-stream",
                                      headers={**_headers(answer, request_id, False), "cache-control": "no-cache",
                                               "x-accel-buffering": "no"})
-        finish = answer.finish
-        assert finish is not None  # a completed answer ended with its Finish
+        finish = answer.final()
         return JSONResponse(response_body(answer, writer, finish), headers=_headers(answer, request_id, True, finish))
