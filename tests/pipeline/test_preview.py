@@ -128,3 +128,40 @@ def _store_another(cache: AnswerCache, question: str = "Where is the food court?
     req = ask(question, temperature=0)
     assert cache.store(req, "Level 3.", Finish("stop", Usage(5, 2), {}, "m"), route="edge", model="m",
                        policy=cache.policy(req))
+
+
+def test_a_semantic_peek_finds_the_neighbour_off_the_loop_and_counts_nothing(tmp_path: Path) -> None:
+    """With the real MiniLM index: the paraphrase is found, in a worker thread, and nothing moves."""
+    cache = AnswerCache(CacheConfig(semantic=True), tmp_path)
+    cache.set_fingerprint("edge=test")
+    try:
+        assert cache.semantic_enabled
+        _store_another(cache, QUESTION)
+        answers = cache._answers
+        (key,) = list(answers.iterkeys())
+        dc.write_access_times(answers, [(1000.0, key)])
+        before = cache.stats()
+        paraphrase = ask("Where could I buy a phone charger?", temperature=0)
+        peeked_on: list[int] = []
+        peek = cache.peek
+
+        def noting_peek(req: ChatRequest, policy: CachePolicy) -> CacheHit | None:
+            peeked_on.append(threading.get_ident())
+            return peek(req, policy)
+
+        cache.peek = noting_peek  # type: ignore[method-assign]
+
+        async def preview() -> tuple[dict, int]:
+            r = rig(cache=cache)
+            return preview_body(await r.pipeline.preview(paraphrase, peek_cache=True)), threading.get_ident()
+
+        body, loop_thread = asyncio.run(preview())
+        assert (body["route"], body["reason"], body["cache"]["hit"]) == ("cache", "cache:semantic", True)
+        assert peeked_on and peeked_on[0] != loop_thread
+        _store_another(cache)
+        assert dc.access_time(answers, key) == 1000.0
+        after = cache.stats()
+        assert {k: after[k] for k in ("hits", "misses", "semantic_hits")} == {
+            k: before[k] for k in ("hits", "misses", "semantic_hits")}
+    finally:
+        cache.close()
