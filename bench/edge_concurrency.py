@@ -101,7 +101,11 @@ def wave(base: str, model: str, questions: list[str], max_tokens: int) -> dict[s
     results: list[dict[str, float | None]] = [{} for _ in questions]
 
     def run(i: int) -> None:
-        results[i] = one_stream(base, model, questions[i], max_tokens)
+        try:
+            results[i] = one_stream(base, model, questions[i], max_tokens)
+        except Exception as exc:  # a timed-out or refused stream is a figure (errors), not a crash
+            results[i] = {"ttft_ms": None, "decode_tps": None, "tokens": 0.0, "end": time.perf_counter(),
+                          "error": f"{type(exc).__name__}: {exc}"}
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(len(questions))]
     started = time.perf_counter()
@@ -123,6 +127,7 @@ def summarize(waves: list[dict[str, Any]]) -> dict[str, float | None]:
         "ttft_ms_max": max(ttfts) if ttfts else None,
         "decode_tps_p50": statistics.median(rates) if rates else None,
         "waves": len(waves),
+        "errors": sum(1 for w in waves for s in w["streams"] if s.get("error")),
     }
 
 
@@ -177,7 +182,11 @@ def main(argv: list[str] | None = None) -> int:
                         base, served = targets[name]
                         offset = (round_no * 7 + c) % len(QUESTIONS)
                         questions = [QUESTIONS[(offset + i) % len(QUESTIONS)] for i in range(c)]
-                        waves[name][c].append(wave(base, served, questions, args.max_tokens))
+                        result = wave(base, served, questions, args.max_tokens)
+                        waves[name][c].append(result)
+                        errors = sum(1 for st in result["streams"] if st.get("error"))
+                        print(f"  round {round_no + 1} {name:20} c={c}: {result['total_tps']:.1f} tok/s"
+                              + (f", {errors} errors" if errors else ""), flush=True)
             for info in servers.values():
                 info["rss_mb_after"] = _rss_mb(int(info.pop("pid")))
         finally:
