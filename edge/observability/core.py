@@ -19,12 +19,13 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from cloud_bridge.errors import PROVIDER_FAULT_KINDS
+from cloud_bridge.redact import Redactor
 from edge.config import Settings, SlaTarget
 from edge.records import RequestRecord
 
 from .cost import REJECTED, ROUTES, PriceBook, UsageTotals, usage_key, usage_of
 from .device import DeviceSampler
-from .logs import REQUEST_LOGGER, Redactor, emit_request_log
+from .logs import REQUEST_LOGGER, emit_request_log
 from .metrics import (
     CLOUD_PHASES,
     ChildCache,
