@@ -116,6 +116,7 @@ class Pipeline:
         cache: AnswerCacheStore | None = None,
         observe: Callable[[RequestRecord], None] | None = None,
         log_prompts: bool = False,
+        knowledge: Any | None = None,  # edge.knowledge.KnowledgeBase, when venue knowledge is on
     ) -> None:
         self.router = router
         self.edge = edge
@@ -123,7 +124,7 @@ class Pipeline:
         self.cache = cache
         self.observe = observe
         self.log_prompts = log_prompts
-        self.knowledge: Any | None = None  # edge.knowledge.KnowledgeBase, when venue knowledge is on
+        self.knowledge = knowledge
 
     # ----- state ------------------------------------------------------------------------------
     def live_state(self) -> LiveState:

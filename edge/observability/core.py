@@ -338,6 +338,7 @@ class Observability:
         installed_version: Callable[[], str | None],
         edge_slots: Callable[[], tuple[int, int]] | None = None,
         edge_batches: Callable[[], tuple[int, int]] | None = None,
+        knowledge_status: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
         """Live state the gauges read at scrape time (pulled, so never stale and never pushed)."""
         self.sources.queue_depth = queue_depth
@@ -347,6 +348,7 @@ class Observability:
         self.sources.installed_version = installed_version
         self.sources.edge_slots = edge_slots
         self.sources.edge_batches = edge_batches
+        self.sources.knowledge_status = knowledge_status
 
     def breaker_states(self) -> dict[str, str]:
         """Each provider's breaker: the bridge's bound states, else the last attempt's report."""
