@@ -132,7 +132,7 @@ def test_state_gauges_updates_and_model(obs: Observability) -> None:
 
 
 def test_fleet_update_metrics_share_the_registry(obs: Observability) -> None:
-    """The lead passes ``obs.registry`` to the UpdateAgent: its series then appear on /metrics too."""
+    """edge/assembly.py passes ``obs.registry`` to the UpdateAgent: its series then appear on /metrics too."""
     from models.fleet.agent import UpdateMetrics
 
     fleet = UpdateMetrics(obs.registry)
