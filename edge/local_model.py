@@ -36,6 +36,7 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 from .batch_runner import BatchEngine, SeqJob, Stats
 from .compute_thread import ComputeThread
@@ -304,13 +305,8 @@ class LocalModel:
         # request never lets two generations touch the context at once.
         future.add_done_callback(lambda _f: self._release())
         try:
-            while True:
-                item = await job.queue.get()
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
-                if isinstance(item, Finish):
-                    return
+            async for event in _events(job.queue):
+                yield event
         finally:
             job.cancel.set()
 
@@ -334,13 +330,8 @@ class LocalModel:
         self.generations_started += 1
         self._compute.attach(engine)
         try:
-            while True:
-                item = await job.queue.get()
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
-                if isinstance(item, Finish):
-                    return
+            async for event in _events(job.queue):
+                yield event
         finally:
             if not job.done:
                 job.cancel.set()  # the client left: the slot is freed at the next step
@@ -368,3 +359,14 @@ class LocalModel:
             return
         self._avg_gen_s = 0.8 * self._avg_gen_s + 0.2 * (done - started)
         self._avg_ttft_s = 0.8 * self._avg_ttft_s + 0.2 * (first_at - started)
+
+
+async def _events(queue: asyncio.Queue[Any]) -> AsyncIterator[TextDelta | Finish]:
+    """A job's events as the worker thread puts them: text, then its ``Finish``; an error is raised."""
+    while True:
+        item = await queue.get()
+        if isinstance(item, BaseException):
+            raise item
+        yield item
+        if isinstance(item, Finish):
+            return
