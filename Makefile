@@ -23,7 +23,7 @@ run: $(STAMP)
 
 test: $(STAMP) browser
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q -ra
+	$(BIN)/python -m pytest -q -ra --durations=30
 
 # The dashboard's browser tests need a headless Chromium: Debian's package, installed when this
 # runs as root with apt-get; otherwise one clear line, and those tests skip with the same reason.

@@ -5,12 +5,12 @@ conversation, as a kiosk resets after every answer) or one multi-turn conversati
 must carry the earlier answers. The traffic is generated once from a seed and replayed identically
 for every strategy, so the strategies are compared on the same questions in the same order.
 
-Labels: a dataset row labelled ``cloud`` is ``complex``, ``edge`` is ``simple``, an FAQ question is
-``simple``, and every follow-up turn is ``complex`` (it needs the history). The one judgement call:
-the *opening* turn of a task dialogue (``sgd``, ``crosswoz``) is a single-turn request such as "I need
-help finding a rental car.", which the dataset labels ``cloud`` only because the conversation goes on
-(see the dataset README's caveats). It is labelled ``simple`` here; ``dataset_label`` keeps the raw
-label so the report can give the strict count too.
+Labels: a dataset row labelled ``cloud`` (or ``complex``) is ``complex``, ``edge`` (or ``simple``) is
+``simple``, an FAQ question is ``simple``, and every follow-up turn is ``complex`` (it needs the
+history). The one judgement call: the *opening* turn of a task dialogue (``sgd``, ``crosswoz``) is a
+single-turn request such as "I need help finding a rental car.", which the dataset labels ``cloud``
+only because the conversation goes on (see the dataset README's caveats). It is labelled ``simple``
+here; ``dataset_label`` keeps the raw label so the report can give the strict count too.
 """
 
 from __future__ import annotations
@@ -124,7 +124,8 @@ def load_pools(config: TrafficConfig) -> Pools:
                     continue
                 if len(row.get("text", "")) > config.max_chars or not row.get("text"):
                     continue
-                target = pools.simple if row.get("label") == "edge" else pools.complex
+                # Routing data says edge/cloud; the intent sets (models/intent/data) say simple/complex.
+                target = pools.simple if row.get("label") in ("edge", "simple") else pools.complex
                 target.setdefault(lang, []).append(row)
     for entry in load_faq_pack(Path(config.faq_pack)):
         pools.faq.setdefault(entry.lang or "en", []).extend(entry.questions())

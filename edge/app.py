@@ -33,7 +33,8 @@ from .disclosure import public_load_error
 from .errors import APIError, internal, invalid
 from .feature_routes import mount_feature_routes
 from .openai_format import DONE, ChunkWriter, assemble_tool_calls, completion_body
-from .pipeline import Answer
+from .pipeline import Answer, Pipeline, Preview, Refused, cache_reason
+from .router import Refusal, RefusalKind
 from .schemas import PART_TYPES, ROLES, parse_chat_request
 from .services import Services
 from .types import ChatRequest, Finish, TextDelta, ToolCallDelta
@@ -96,6 +97,53 @@ def error_response(exc: APIError, request_id: str | None = None) -> JSONResponse
     if request_id:
         headers["x-request-id"] = request_id
     return JSONResponse(exc.body(), status_code=exc.status, headers=headers)
+
+
+# The router refuses with a kind and a reason; the status each kind gets is an HTTP matter, chosen here.
+REFUSAL_STATUS: dict[RefusalKind, int] = {
+    RefusalKind.EDGE_UNAVAILABLE: 503,
+    RefusalKind.CLOUD_UNCONFIGURED: 503,
+    RefusalKind.CLOUD_UNAVAILABLE: 503,
+    RefusalKind.NO_BACKEND: 503,
+    RefusalKind.UNSUPPORTED_PARAMETER: 400,
+    RefusalKind.CONTEXT_LENGTH_EXCEEDED: 400,
+}
+
+
+def refusal_error(refusal: Refusal) -> APIError:
+    """The OpenAI-style error of a router refusal: 503 when no backend can take it now, 400 when
+    the request asks what no available backend can give."""
+    status = REFUSAL_STATUS[refusal.kind]
+    kind = "server_error" if status >= 500 else "invalid_request_error"
+    return APIError(status, refusal.message, kind, refusal.param, refusal.kind.value)
+
+
+async def answer_for(pipeline: Pipeline, req: ChatRequest) -> Answer:
+    """The pipeline's answer: started when streamed, whole when not (fall-backs are the pipeline's).
+    A router refusal becomes its HTTP error here, and is counted."""
+    try:
+        return await (pipeline.start(req) if req.stream else pipeline.complete(req))
+    except Refused as refused:
+        error = refusal_error(refused.refusal)
+        pipeline.count_refused(refused, error)
+        raise error from None
+
+
+def preview_body(preview: Preview) -> dict[str, Any]:
+    """``POST /v1/route``'s body: the decision, its refusal as an OpenAI error, what the cache holds."""
+    decision = preview.decision
+    out = decision.as_dict()
+    if decision.refusal is not None:
+        out["error"] = refusal_error(decision.refusal).body()["error"]
+    out["decision_ms"] = round(preview.decision_ms, 3)
+    cache = preview.cache
+    if cache is not None:
+        hit = cache.hit
+        out["cache"] = {"read": cache.read, "write": cache.write, "hit": hit is not None if cache.disclosed else None,
+                        "reason": hit.reason if hit else cache.reason}
+        if hit is not None:
+            out["route"], out["reason"] = "cache", cache_reason(hit)
+    return out
 
 
 def request_id_of(request: Request) -> str:
@@ -232,18 +280,6 @@ async def _sse(answer: Answer, writer: ChunkWriter, include_usage: bool) -> Asyn
     yield DONE
 
 
-async def _collect(answer: Answer) -> Finish | APIError:
-    """Run a non-streaming answer to its end: its ``Finish``, or the error that cut it."""
-    finish: Finish | None = None
-    try:
-        async for event in answer.events():
-            if isinstance(event, Finish):
-                finish = event
-    except APIError as exc:
-        return exc
-    return finish if finish is not None else internal("The backend ended without finishing.")
-
-
 def create_app(settings: Settings) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -349,7 +385,7 @@ def create_app(settings: Settings) -> FastAPI:
             return error_response(exc, request_id)
         req.request_id = request_id
         try:
-            answer = await pipeline.start(req)  # records its own failures
+            answer = await answer_for(pipeline, req)  # the pipeline records its own failures
         except APIError as exc:
             return error_response(exc, request_id)
         completion_id = f"chatcmpl-{request_id}"
@@ -361,18 +397,7 @@ def create_app(settings: Settings) -> FastAPI:
                 headers={**_headers(answer, request_id, False), "cache-control": "no-cache",
                          "x-accel-buffering": "no"},
             )
-        finish = await _collect(answer)
-        if isinstance(finish, APIError):
-            # Nothing reached the kiosk yet: the other backend may answer instead.
-            try:
-                retry = await services_of(request).pipeline.restart_elsewhere(answer, finish)
-            except APIError as exc:
-                return error_response(exc, request_id)
-            if retry is None:
-                return error_response(finish, request_id)
-            answer, finish = retry, await _collect(retry)
-            if isinstance(finish, APIError):
-                return error_response(finish, request_id)
+        finish = answer.final()
         body_out = completion_body(completion_id, req.model, answer.text, finish, _timings(answer, finish),
                                    assemble_tool_calls(answer.tool_calls))
         return JSONResponse(body_out, headers=_headers(answer, request_id, True, finish))
@@ -390,22 +415,9 @@ def create_app(settings: Settings) -> FastAPI:
             req = await chat_request_of(request)
         except APIError as exc:
             return error_response(exc, request_id)
-        services = services_of(request)
-        started = time.perf_counter()
-        decision = services.pipeline.decide(req)
-        out = decision.as_dict()
-        out["decision_ms"] = round((time.perf_counter() - started) * 1000.0, 3)
-        cache = services.cache
-        if cache is not None:
-            policy = cache.policy(req)
-            # Whether a question is cached tells what others asked: the admin token's to know.
-            hit = cache.lookup(req, policy) if policy.read and req.cache_admin else None
-            out["cache"] = {"read": policy.read, "write": policy.write,
-                            "hit": hit is not None if req.cache_admin else None,
-                            "reason": hit.reason if hit else policy.reason}
-            if hit is not None:
-                out["route"], out["reason"] = "cache", "faq" if hit.reason == "faq" else f"cache:{hit.reason}"
-        return JSONResponse(out, headers={"x-request-id": request_id})
+        # Whether a question is cached tells what others asked: the admin token's to know.
+        preview = await services_of(request).pipeline.preview(req, peek_cache=req.cache_admin)
+        return JSONResponse(preview_body(preview), headers={"x-request-id": request_id})
 
     from .responses_api import mount_responses
 

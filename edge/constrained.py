@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import APIError
 from .structured import check_answer, schema_hint
 from .tools import call_deltas, call_opener, parse_calls, tools_grammar, wants_call
 from .tools import edge_blocker as tools_blocker
 from .types import ChatRequest, Finish, Message, TextDelta, ToolCallDelta
+
+if TYPE_CHECKING:
+    from .backends import EdgeBackend
 
 Events = AsyncIterator[TextDelta | ToolCallDelta | Finish]
 
@@ -96,7 +99,7 @@ class ConstrainedEdge:
 
     name = "edge"
 
-    def __init__(self, edge: Any) -> None:
+    def __init__(self, edge: EdgeBackend) -> None:
         self.edge = edge
 
     def __getattr__(self, name: str) -> Any:

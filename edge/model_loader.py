@@ -15,7 +15,7 @@ import importlib.util
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +66,9 @@ class LoadedModel:
     template_tokens_default_system: int = 0
     kv_bytes_released: int = 0  # the KV cache's zero pages given back at load (edge/zero_pages.py)
     engine: BatchEngine | None = None  # the continuous-batching slots (None: one generation at a time)
+    # Message text -> its token count. A kiosk sends the same system prompt all day, and one llama.cpp
+    # tokenize call costs ~0.2 ms whatever the length; bounded by clearing (see count_prompt_tokens).
+    token_counts: dict[str, int] = field(default_factory=dict)
 
     @property
     def name(self) -> str:

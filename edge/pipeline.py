@@ -1,12 +1,20 @@
 """One request's way through the gateway: cache -> policy -> backend(s) -> answer.
 
-``Pipeline.start`` returns only once the answer's first event exists (or raises an ``APIError``
-before anything was sent). That is deliberate: the HTTP status and the route headers of a stream
-are then true (a full edge queue is a real 503, a hedge's winner is in ``x-edgecloud-route``),
-and a backend that fails before its first token can be replaced by the other one without the
-kiosk ever seeing the failure. After the first token, a failure ends the stream with an error event.
+``Pipeline.start`` returns only once the answer's first event exists (or raises before anything
+was sent). That is deliberate: the HTTP status and the route headers of a stream are then true (a
+full edge queue is a real 503, a hedge's winner is in ``x-edgecloud-route``), and a backend that
+fails before its first token is replaced by the other one without the kiosk ever seeing the
+failure. After the first token a streamed answer cannot change backend (the kiosk has the text):
+its failure ends the stream with an error event. ``Pipeline.complete`` runs a non-streamed answer
+to its end, and as nothing has reached the kiosk yet, a failure mid-answer restarts it on the other
+backend when the policy allows. Every fall-back lives here; the HTTP layer only translates.
 
-No web framework here: the app turns an ``Answer`` into JSON or SSE.
+``Pipeline.preview`` is the same way without generating and without side effects (``/v1/route``):
+the cache is peeked, not looked up (no hit or miss counted, no LRU refresh).
+
+The parts are typed by the protocols in ``edge.backends``. No web framework here: the router's
+refusals leave as ``Refused``, and the app gives them a status; the app turns an ``Answer`` into
+JSON or SSE.
 """
 
 from __future__ import annotations
@@ -16,96 +24,32 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
 
-from .backends import AnswerCacheStore, CloudRouteBackend, EdgeBackend, GeneratingBackend
+from .answer import Answer, CachePreview, Events, Preview, Refused, Started, cache_reason
+from .backends import AnswerCacheStore, CloudRouteBackend, EdgeBackend, GeneratingBackend, KnowledgeSource
 from .constrained import ConstrainedEdge, prepare
 from .errors import APIError, internal
+from .hedging import First, hedged
 from .records import RequestRecord
 from .router import Decision, LiveState, Router
 from .schemas import reject_for_edge
-from .tools import edge_tools_state
-from .types import ChatRequest, Finish, TextDelta, Timer, ToolCallDelta, Usage
+from .types import ChatRequest, Finish, TextDelta, Timer, Usage
+
+if TYPE_CHECKING:
+    from .cache import CacheHit, CachePolicy
+    from .knowledge import Evidence
 
 log = logging.getLogger("edgecloud.pipeline")
-
-Events = AsyncIterator[TextDelta | ToolCallDelta | Finish]
-
-
-@dataclass
-class Answer:
-    """A started answer: its first event is in hand, the rest is ``events``."""
-
-    request: ChatRequest
-    route: str
-    reason: str
-    model: str
-    timer: Timer
-    record: RequestRecord
-    first: TextDelta | Finish
-    rest: Events
-    degraded: str | None = None
-    cache: str | None = None
-    decision: Decision | None = None
-    backend_request: ChatRequest | None = None  # what the backend saw (grounded); ``request`` keys the cache
-    _done: Callable[[Answer, str, Finish | None, APIError | None], None] | None = None
-    _text: list[str] = field(default_factory=list)
-    tool_calls: list[ToolCallDelta] = field(default_factory=list)
-    _finished: bool = False
-
-    async def events(self) -> Events:
-        """Every event of the answer, first included; records the outcome when it ends."""
-        finish: Finish | None = None
-        error: APIError | None = None
-        outcome = "cancelled"
-        try:
-            event = self.first
-            while True:
-                if isinstance(event, TextDelta):
-                    self._text.append(event.text)
-                    yield event
-                elif isinstance(event, ToolCallDelta):
-                    self.tool_calls.append(event)
-                    yield event
-                else:
-                    finish = event
-                    outcome = "ok"
-                    yield event
-                    return
-                event = await self.rest.__anext__()
-        except StopAsyncIteration:
-            outcome = "error"
-            error = internal("The backend ended the answer without finishing it.")
-            raise error from None
-        except APIError as exc:
-            outcome, error = "error", exc
-            raise
-        except asyncio.CancelledError:
-            outcome = "cancelled"
-            raise
-        except Exception as exc:
-            outcome, error = "error", internal(f"The backend failed mid-answer: {type(exc).__name__}")
-            log.exception("backend failed mid-answer")
-            raise error from exc
-        finally:
-            with contextlib.suppress(Exception):
-                await self.rest.aclose()
-            if not self._finished and self._done is not None:
-                self._finished = True
-                self._done(self, outcome, finish, error)
-
-    @property
-    def text(self) -> str:
-        return "".join(self._text)
+T = TypeVar("T")
 
 
 class Pipeline:
     """Holds the parts (set in the app's lifespan) and runs requests through them.
 
-    The parts are typed by the protocols in ``edge.backends``: any edge model, cloud client or cache
-    that meets them can stand in (the tests script fakes that way).
+    Any edge model, cloud client, cache or knowledge base that meets the protocols of
+    ``edge.backends`` can stand in (``tests/pipeline`` scripts fakes that way).
     """
 
     def __init__(
@@ -116,7 +60,7 @@ class Pipeline:
         cache: AnswerCacheStore | None = None,
         observe: Callable[[RequestRecord], None] | None = None,
         log_prompts: bool = False,
-        knowledge: Any | None = None,  # edge.knowledge.KnowledgeBase, when venue knowledge is on
+        knowledge: KnowledgeSource | None = None,
     ) -> None:
         self.router = router
         self.edge = edge
@@ -134,28 +78,46 @@ class Pipeline:
             edge_expected_ttft_s=edge.expected_ttft_s() if edge.ready else 0.0,
             edge_queue_full=edge.queue_full,
             edge_n_ctx=edge.n_ctx,
-            edge_tools=edge_tools_state(edge),
+            edge_tools=edge.tools_state,
             cloud_enabled=bool(cloud and cloud.enabled),
             cloud_available=bool(cloud and cloud.enabled and cloud.available()),
             cloud_ttft_p95_s=cloud.ttft_p95_s() if cloud and cloud.enabled else None,
         )
 
-    def decide(self, req: ChatRequest, evidence: Any = None) -> Decision:
-        if evidence is None and self.knowledge is not None:
-            evidence = self.knowledge.evidence(req.last_user_message)
+    def decide(self, req: ChatRequest) -> Decision:
+        """The router's decision, evidence looked up here (a synchronous caller: the benchmark)."""
+        knowledge = self.knowledge
+        return self._decide(req, knowledge.evidence(req.last_user_message) if knowledge is not None else None)
+
+    def _decide(self, req: ChatRequest, evidence: Evidence | None) -> Decision:
         live = self.live_state()
         prepare(req, live.edge_tools)  # a tool request the device may answer gets its grammar
-        return self.router.decide(req, live, self.edge.count_prompt_tokens(req), evidence=evidence)
+        # The exact count only when the prompt may not fit: the byte bound decides most kiosk requests
+        # without the tokenizer, which costs more than the rest of the decision.
+        tokens = self.edge.prompt_token_bound(req)
+        exact = tokens > self.router.prompt_budget(live)
+        if exact:
+            tokens = self.edge.count_prompt_tokens(req)
+        return self.router.decide(req, live, tokens, evidence=evidence, prompt_tokens_exact=exact)
 
-    async def evidence(self, req: ChatRequest) -> Any:
+    async def evidence(self, req: ChatRequest) -> Evidence | None:
         """Venue evidence for the request: BM25 is sub-millisecond and runs here; the optional dense
         vectors run an embedding model (tens of ms), so then it runs in a worker thread."""
         knowledge = self.knowledge
         if knowledge is None:
             return None
-        if knowledge.config.dense:
+        if knowledge.dense_enabled:
             return await asyncio.to_thread(knowledge.evidence, req.last_user_message)
         return knowledge.evidence(req.last_user_message)
+
+    @staticmethod
+    async def _read_cache(cache: AnswerCacheStore, read: Callable[[ChatRequest, CachePolicy], T],
+                          req: ChatRequest, policy: CachePolicy) -> T:
+        """A cache read (``lookup`` or ``peek``): semantic matching runs an embedding model (tens of
+        ms), so then it runs in a worker thread; an exact read is one indexed SELECT and runs here."""
+        if cache.semantic_enabled:
+            return await asyncio.to_thread(read, req, policy)
+        return read(req, policy)
 
     def new_record(self, req: ChatRequest) -> RequestRecord:
         return RequestRecord(
@@ -171,78 +133,116 @@ class Pipeline:
         self._emit(RequestRecord(request_id=request_id, started_at=time.time(), outcome="rejected",
                                  status=exc.status, error_code=exc.code))
 
+    def count_refused(self, refused: Refused, error: APIError) -> None:
+        """A request the router refused, once the HTTP layer gave the refusal its status."""
+        self._failed(refused.record, refused.timer, error)
+
+    def _failed(self, record: RequestRecord, timer: Timer, exc: APIError) -> None:
+        record.outcome = "rejected" if exc.status < 500 else "error"
+        record.status, record.error_code = exc.status, exc.code
+        record.total_ms = timer.elapsed_ms()
+        self._emit(record)
+
     # ----- the request path ---------------------------------------------------------------------
     async def start(self, req: ChatRequest) -> Answer:
+        """The answer with its first event in hand; raises ``APIError`` or ``Refused`` before it."""
         timer = Timer(start=req.received_at)
         record = self.new_record(req)
         try:
             return await self._start(req, timer, record)
         except APIError as exc:
-            record.outcome = "rejected" if exc.status < 500 else "error"
-            record.status, record.error_code = exc.status, exc.code
-            record.total_ms = timer.elapsed_ms()
-            self._emit(record)
+            self._failed(record, timer, exc)
             raise
+
+    async def complete(self, req: ChatRequest) -> Answer:
+        """A non-streamed answer, run to its end (``answer.finish`` set), with every fall-back:
+        before the first token as ``start`` does, and mid-answer by restarting on the other backend
+        (nothing reached the kiosk yet). Raises ``APIError`` or ``Refused``; one record either way."""
+        answer = await self.start(req)
+        answer.hold = True
+        try:
+            error = await answer.run_to_end()
+        except BaseException:
+            answer.settle()
+            raise
+        if error is None:
+            answer.settle()
+            return answer
+        try:
+            retry = await self._restart_elsewhere(answer, error)
+        except APIError as exc:  # the other backend failed too, before its first token
+            answer.record.fallback = True
+            answer.settle("error", exc)
+            raise
+        except BaseException:
+            answer.settle("cancelled")
+            raise
+        if retry is None:
+            answer.settle()
+            raise error
+        error = await retry.run_to_end()  # not held: it settles the request's record itself
+        if error is not None:
+            raise error
+        return retry
+
+    async def preview(self, req: ChatRequest, *, peek_cache: bool) -> Preview:
+        """Where ``start`` would send the request, generating nothing and changing nothing.
+
+        ``peek_cache``: whether to say if the answer is cached (it tells what others asked)."""
+        cache, cache_view = self.cache, None
+        if cache is not None:
+            policy = cache.policy(req)
+            cache_view = CachePreview(policy.read, policy.write, policy.reason, disclosed=peek_cache)
+            if policy.read and peek_cache:
+                cache_view.hit = await self._read_cache(cache, cache.peek, req, policy)
+        started = time.perf_counter()
+        decision = self._decide(req, await self.evidence(req))
+        return Preview(decision, (time.perf_counter() - started) * 1000.0, cache_view)
 
     async def _start(self, req: ChatRequest, timer: Timer, record: RequestRecord) -> Answer:
         cache, policy = self.cache, None
         if cache is not None:
             policy = cache.policy(req)
             if policy.read:
-                # Semantic matching runs an embedding model (tens of ms): keep it off the loop.
-                if cache.semantic_enabled:
-                    hit = await asyncio.to_thread(cache.lookup, req, policy)
-                else:
-                    hit = cache.lookup(req, policy)
+                hit = await self._read_cache(cache, cache.lookup, req, policy)
                 if hit is not None:
                     timer.mark("cache")
                     return self._cache_answer(req, timer, record, hit)
             record.cache = "miss" if policy.read else "bypass"
 
-        decision = self.decide(req, await self.evidence(req))
+        decision = self._decide(req, await self.evidence(req))
         timer.mark("route")
         record.scenario, record.label, record.confidence = decision.scenario, decision.label, decision.confidence
-        if decision.error is not None:
+        if decision.refusal is not None:
             record.reason = decision.reason
-            raise decision.error
+            raise Refused(decision.refusal, record, timer)
         if decision.knowledge_refusal:
             return self._knowledge_answer(req, timer, record, decision)
         if decision.route == "edge":
-            reject_for_edge(req, edge_tools_state(self.edge))
+            reject_for_edge(req, self.edge.tools_state)
         backend_req = self._grounded(req, decision)
-        route, reason, first, rest, hedged, fallback = await self._run(backend_req, decision, timer)
-        record.hedged, record.fallback = hedged, fallback
+        started = await self._run(backend_req, decision, timer)
+        record.hedged, record.fallback = started.hedged, started.fallback
+        reason = started.reason
         if backend_req is not req and not reason.startswith("knowledge:"):
             reason = f"{reason};{decision.knowledge.rule}"
         answer = Answer(
-            request=req, route=route, reason=reason, model="", timer=timer, record=record,
-            first=first, rest=rest, degraded=decision.degraded if route == "edge" else None,
+            request=req, route=started.route, reason=reason, model="", timer=timer, record=record,
+            first=started.first, rest=started.rest, degraded=decision.degraded if started.route == "edge" else None,
             cache=record.cache, decision=decision, backend_request=backend_req,
         )
-        answer._done = lambda a, outcome, finish, error: self._finish(a, outcome, finish, error, policy)
+        answer._settle = functools.partial(self._finish, policy=policy)
         return answer
 
-    def _cache_answer(self, req: ChatRequest, timer: Timer, record: RequestRecord, hit: Any) -> Answer:
-        from .cache import replay_chunks
-
-        chunks = replay_chunks(hit.text) if req.stream else [hit.text]
+    def _cache_answer(self, req: ChatRequest, timer: Timer, record: RequestRecord, hit: CacheHit) -> Answer:
         usage = hit.usage if isinstance(hit.usage, Usage) else Usage()
-
-        async def replay() -> Events:
-            for chunk in chunks[1:]:
-                yield TextDelta(chunk)
-            yield Finish(hit.finish_reason, usage, {}, hit.model)
-
-        first: TextDelta | Finish = TextDelta(chunks[0]) if chunks and chunks[0] else Finish(
-            hit.finish_reason, usage, {}, hit.model)
-        rest = replay()
+        first, rest = _replay(req, hit.text, Finish(hit.finish_reason, usage, {}, hit.model))
         record.cache = "hit"
-        reason = "faq" if hit.reason == "faq" else f"cache:{hit.reason}"
         answer = Answer(
-            request=req, route="cache", reason=reason, model=hit.model, timer=timer, record=record,
+            request=req, route="cache", reason=cache_reason(hit), model=hit.model, timer=timer, record=record,
             first=first, rest=rest, cache="hit",
         )
-        answer._done = lambda a, outcome, finish, error: self._finish(a, outcome, finish, error, None)
+        answer._settle = functools.partial(self._finish, policy=None)
         return answer
 
     def _grounded(self, req: ChatRequest, d: Decision) -> ChatRequest:
@@ -251,79 +251,68 @@ class Pipeline:
             return req
         from .knowledge.grounding import ground
 
-        return ground(req, d.knowledge, self.knowledge.config.max_prompt_tokens)
+        return ground(req, d.knowledge, self.knowledge.max_prompt_tokens)
 
     def _knowledge_answer(self, req: ChatRequest, timer: Timer, record: RequestRecord, d: Decision) -> Answer:
         """Strict mode, a venue question, no evidence: the operator's "ask staff" text, on the device."""
-        from .cache import replay_chunks
-
-        text = d.knowledge.refusal
-        chunks = replay_chunks(text) if req.stream else [text]
         model = "edgecloud-knowledge"
-
-        async def replay() -> Events:
-            for chunk in chunks[1:]:
-                yield TextDelta(chunk)
-            yield Finish("stop", Usage(), {}, model)
-
+        first, rest = _replay(req, d.knowledge.refusal, Finish("stop", Usage(), {}, model))
         timer.mark("ttft")
         answer = Answer(
             request=req, route="edge", reason=d.reason, model=model, timer=timer, record=record,
-            first=TextDelta(chunks[0]), rest=replay(), cache=record.cache, decision=d,
+            first=first, rest=rest, cache=record.cache, decision=d,
         )
-        answer._done = lambda a, outcome, finish, error: self._finish(a, outcome, finish, error, None)
+        answer._settle = functools.partial(self._finish, policy=None)
         return answer
 
-    async def _run(
-        self, req: ChatRequest, d: Decision, timer: Timer
-    ) -> tuple[str, str, TextDelta | Finish, Events, bool, bool]:
-        """Start the chosen backend (hedged or with fall-back); return its first event."""
+    async def _run(self, req: ChatRequest, d: Decision, timer: Timer) -> Started:
+        """Start the chosen backend (hedged, or with a fall-back before its first token)."""
         primary = d.route
         other = "cloud" if primary == "edge" else "edge"
-        if d.hedge and primary == "cloud" and d.edge_ok:
-            return await self._hedged(req, d, timer)
+        if d.hedge and primary == "cloud" and d.edge_ok and self.cloud is not None:
+            cloud = self.cloud
+            return await hedged(lambda: self._first(cloud, req), lambda: self._first(self._backend("edge"), req),
+                                d, timer)
         try:
             first, rest = await self._first(self._backend(primary), req)
             timer.mark("ttft")
-            return primary, d.reason, first, rest, False, False
+            return Started(primary, d.reason, first, rest)
         except APIError as exc:
             if not self._may_fall_back(d, other, exc):
                 raise
             log.info("fall-back %s -> %s: %s", primary, other, exc.message)
             if other == "edge":
-                reject_for_edge(req, edge_tools_state(self.edge))
+                reject_for_edge(req, self.edge.tools_state)
             first, rest = await self._first(self._backend(other), req)
             timer.mark("ttft")
-            why = exc.code or "error"
             if other == "edge":
                 d.degraded = d.degraded or "cloud-unavailable"
-            return other, f"fallback:{primary}-{why}", first, rest, False, True
+            return Started(other, f"fallback:{primary}-{exc.code or 'error'}", first, rest, False, True)
 
-    async def restart_elsewhere(self, answer: Answer, exc: APIError) -> Answer | None:
-        """A non-streaming answer failed mid-way: nothing reached the kiosk yet, so the other
-        backend may answer it from scratch when the policy allows. None if it may not."""
+    async def _restart_elsewhere(self, answer: Answer, exc: APIError) -> Answer | None:
+        """A non-streamed answer failed mid-way: nothing reached the kiosk, so the other backend may
+        answer it from scratch when the policy allows (None if it may not). Same request record."""
         d = answer.decision
         if d is None or answer.route not in ("edge", "cloud"):
             return None
         other = "cloud" if answer.route == "edge" else "edge"
         if not self._may_fall_back(d, other, exc):
             return None
+        log.info("restart %s -> %s after a mid-answer failure: %s", answer.route, other, exc.message)
         req = answer.request
         if other == "edge":
-            reject_for_edge(req, edge_tools_state(self.edge))
+            reject_for_edge(req, self.edge.tools_state)
         first, rest = await self._first(self._backend(other), answer.backend_request or req)
-        record = self.new_record(req)
-        record.scenario, record.label, record.confidence = d.scenario, d.label, d.confidence
+        record = answer.record
         record.fallback = True
-        timer = answer.timer
-        timer.mark("ttft")
+        answer.timer.mark("ttft")
         retry = Answer(
             request=req, route=other, reason=f"fallback:{answer.route}-{exc.code or 'error'}", model="",
-            timer=timer, record=record, first=first, rest=rest,
+            timer=answer.timer, record=record, first=first, rest=rest,
             degraded="cloud-unavailable" if other == "edge" else None, cache=answer.cache, decision=d,
             backend_request=answer.backend_request,
         )
-        retry._done = lambda a, outcome, finish, error: self._finish(a, outcome, finish, error, None)
+        retry._settle = functools.partial(self._finish, policy=None)
         return retry
 
     def _may_fall_back(self, d: Decision, other: str, exc: APIError) -> bool:
@@ -344,7 +333,7 @@ class Pipeline:
         return self.cloud
 
     @staticmethod
-    async def _first(backend: GeneratingBackend, req: ChatRequest) -> tuple[TextDelta | Finish, Events]:
+    async def _first(backend: GeneratingBackend, req: ChatRequest) -> First:
         gen = backend.generate(req)
         try:
             first = await gen.__anext__()
@@ -356,56 +345,9 @@ class Pipeline:
             raise
         return first, gen
 
-    async def _hedged(
-        self, req: ChatRequest, d: Decision, timer: Timer
-    ) -> tuple[str, str, TextDelta | Finish, Events, bool, bool]:
-        """Cloud first; if no first token within the hedge delay, start the edge too; first wins."""
-        delay = d.hedge_delay_s or 0.0
-        tasks: dict[str, asyncio.Task[tuple[TextDelta | Finish, Events]]] = {
-            "cloud": asyncio.create_task(self._first(self.cloud, req))
-        }
-        done, _ = await asyncio.wait(tasks.values(), timeout=delay)
-        if not done:
-            tasks["edge"] = asyncio.create_task(self._first(self._backend("edge"), req))
-        errors: dict[str, APIError] = {}
-        try:
-            while tasks:
-                done, _ = await asyncio.wait(tasks.values(), return_when=asyncio.FIRST_COMPLETED)
-                for name, task in list(tasks.items()):
-                    if task not in done:
-                        continue
-                    del tasks[name]
-                    exc = task.exception()
-                    if exc is None:
-                        first, rest = task.result()
-                        timer.mark("ttft")
-                        raced = len(tasks) > 0 or (name == "edge" and "cloud" not in errors)
-                        for loser in tasks.values():
-                            loser.cancel()
-                        await _drain_losers(tasks.values())
-                        tasks.clear()
-                        if "cloud" in errors:
-                            d.degraded = d.degraded or "cloud-unavailable"
-                            why = errors["cloud"].code or "error"
-                            return name, f"fallback:cloud-{why}", first, rest, raced, True
-                        if name == "edge":
-                            return name, "hedge:edge-won", first, rest, True, False
-                        return name, "hedge:cloud-won" if raced else d.reason, first, rest, raced, False
-                    if not isinstance(exc, APIError):
-                        raise exc
-                    errors[name] = exc
-                    if name == "cloud" and "edge" not in tasks and "edge" not in errors and d.edge_ok:
-                        # The cloud failed before its first token: the edge answers (fall-back).
-                        tasks["edge"] = asyncio.create_task(self._first(self._backend("edge"), req))
-            # Both failed: report the cloud's error (the route the policy chose).
-            raise errors.get("cloud") or next(iter(errors.values()))
-        finally:
-            for task in tasks.values():
-                task.cancel()
-            await _drain_losers(tasks.values())
-
     # ----- after the answer ----------------------------------------------------------------------
-    def _finish(self, a: Answer, outcome: str, finish: Finish | None, error: APIError | None, policy: Any) -> None:
+    def _finish(self, a: Answer, outcome: str, finish: Finish | None, error: APIError | None,
+                policy: CachePolicy | None) -> None:
         rec = a.record
         rec.route, rec.reason, rec.degraded = a.route, a.reason, a.degraded
         rec.outcome = outcome
@@ -460,15 +402,19 @@ class Pipeline:
             log.exception("request observer failed")
 
 
-async def _drain_losers(tasks: Any) -> None:
-    """Wait for cancelled hedge losers, closing any stream one of them had already opened."""
-    pending = list(tasks)
-    if not pending:
-        return
-    await asyncio.wait(pending)
-    for task in pending:
-        if task.cancelled() or task.exception() is not None:
-            continue
-        _first, rest = task.result()
-        with contextlib.suppress(Exception):
-            await rest.aclose()
+def _replay(req: ChatRequest, text: str, finish: Finish) -> First:
+    """A stored text as a backend stream: in chunks when streamed, whole when not."""
+    from .cache import replay_chunks
+
+    chunks = replay_chunks(text) if req.stream else [text]
+
+    async def rest() -> Events:
+        for chunk in chunks[1:]:
+            yield TextDelta(chunk)
+        yield finish
+
+    first: TextDelta | Finish = TextDelta(chunks[0]) if chunks and chunks[0] else finish
+    return first, rest()
+
+
+__all__ = ["Answer", "CachePreview", "Pipeline", "Preview", "Refused", "cache_reason"]

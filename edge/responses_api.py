@@ -373,7 +373,7 @@ def response_body(answer: Any, writer: ResponseWriter, finish: Finish) -> dict[s
 
 def mount_responses(app: Any, settings: Any) -> None:
     """Add ``POST /v1/responses`` to the app (the chat route's helpers do the HTTP work)."""
-    from .app import _collect, _headers, error_response, read_json_body, request_id_of
+    from .app import _headers, answer_for, error_response, read_json_body, request_id_of
     from .schemas import parse_chat_request
 
     @app.post("/v1/responses", tags=["openai"], openapi_extra={"requestBody": {
@@ -393,7 +393,7 @@ def mount_responses(app: Any, settings: Any) -> None:
             return error_response(exc, request_id)
         req.request_id = request_id
         try:
-            answer = await pipeline.start(req)
+            answer = await answer_for(pipeline, req)  # whole when not streamed, with every fall-back
         except APIError as exc:
             return error_response(exc, request_id)
         writer = ResponseWriter(f"resp_{request_id}", req.model, body)
@@ -401,15 +401,5 @@ def mount_responses(app: Any, settings: Any) -> None:
             return StreamingResponse(stream_events(answer, writer), media_type="text/event-stream",
                                      headers={**_headers(answer, request_id, False), "cache-control": "no-cache",
                                               "x-accel-buffering": "no"})
-        finish = await _collect(answer)
-        if isinstance(finish, APIError):
-            try:
-                retry = await pipeline.restart_elsewhere(answer, finish)
-            except APIError as exc:
-                return error_response(exc, request_id)
-            if retry is None:
-                return error_response(finish, request_id)
-            answer, finish = retry, await _collect(retry)
-            if isinstance(finish, APIError):
-                return error_response(finish, request_id)
+        finish = answer.final()
         return JSONResponse(response_body(answer, writer, finish), headers=_headers(answer, request_id, True, finish))

@@ -90,5 +90,9 @@ def decide_locally(body: dict, headers: dict, config: Path | None, cloud_availab
     started = time.perf_counter()
     decision = router.decide(req, live, prompt_tokens)
     out = decision.as_dict()
+    if decision.refusal is not None:  # what the gateway would answer, as /v1/route shows it
+        from .app import refusal_error
+
+        out["error"] = refusal_error(decision.refusal).body()["error"]
     out["decision_ms"] = round((time.perf_counter() - started) * 1000.0, 3)
     return out

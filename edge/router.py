@@ -13,18 +13,21 @@ see why a request went where it went:
    away (or, in strict mode, answers with the operator's "ask staff" text);
 4. the scenario profile (realtime / generation / batch) and how it leans on borderline requests;
 5. live state: edge queue too long, edge not loaded, cloud unreachable (degraded edge answer) or
-   no cloud for a request the edge must not answer (a clear 503, never a bad answer);
+   no cloud for a request the edge must not answer (a refusal that says why, never a bad answer);
 6. hedging: a borderline request sent to the cloud starts the edge too if the cloud is slow.
+
+A request no backend may take gets a ``Refusal`` in its decision (a ``RefusalKind`` and a message);
+the router chooses no HTTP status: the app maps each kind to one.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from enum import Enum
 from typing import Any, Protocol
 
 from .config import RouterConfig
 from .constrained import blocker_param, edge_blocker, edge_note
-from .errors import APIError, unavailable
 from .types import ChatRequest
 
 
@@ -68,6 +71,30 @@ class LiveState:
     cloud_ttft_p95_s: float | None = None
 
 
+class RefusalKind(str, Enum):
+    """Why no backend may take a request. The value is the OpenAI-style error ``code``; the HTTP
+    layer, not the router, gives each kind its status (``edge.app.refusal_error``)."""
+
+    EDGE_UNAVAILABLE = "edge_unavailable"  # forced to the edge, and the model is not loaded
+    CLOUD_UNCONFIGURED = "cloud_unconfigured"  # forced to the cloud, and none is configured
+    CLOUD_UNAVAILABLE = "cloud_unavailable"  # needs the cloud (or was forced there), which cannot take it
+    NO_BACKEND = "no_backend"  # the model is not loaded and the cloud cannot take it
+    UNSUPPORTED_PARAMETER = "unsupported_parameter"  # tools or a schema the device cannot honour, no cloud
+    CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"  # longer than the device's context, no cloud
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """The router's "no": which kind, a message for the caller, and the request field at fault."""
+
+    kind: RefusalKind
+    message: str
+    param: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind.value, "message": self.message, "param": self.param}
+
+
 @dataclass
 class Decision:
     route: str  # "edge" | "cloud"
@@ -77,6 +104,8 @@ class Decision:
     label: str | None = None
     confidence: float | None = None
     prompt_tokens: int = 0
+    # False: prompt_tokens is an upper bound (the prompt fits by it; see LocalModel.prompt_token_bound).
+    prompt_tokens_exact: bool = True
     classifier_ms: float | None = None
     # The confidence a simple label needs to stay on the edge, and where that number comes from.
     threshold: float | None = None
@@ -87,15 +116,14 @@ class Decision:
     hedge_delay_s: float | None = None
     degraded: str | None = None
     override: bool = False
-    error: APIError | None = None
+    refusal: Refusal | None = None  # no backend may answer: the request is refused, and why
     knowledge: Any = None  # edge.knowledge.Evidence: the passages found for a venue question
     knowledge_refusal: bool = False  # strict mode, no evidence: the operator's "ask staff" text answers
 
     def as_dict(self) -> dict[str, Any]:
-        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("error", "knowledge")}
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("refusal", "knowledge")}
         data["rules"] = list(self.rules)
-        if self.error is not None:
-            data["error"] = self.error.body()["error"]
+        data["refusal"] = self.refusal.as_dict() if self.refusal is not None else None
         if self.knowledge is not None:
             data["knowledge"] = self.knowledge.as_dict()
         return data
@@ -139,9 +167,17 @@ class Router:
         name = (req.scenario_header or self.config.scenario).strip().lower()
         return PROFILES.get(name, PROFILES[self.config.scenario])
 
-    def decide(self, req: ChatRequest, live: LiveState, prompt_tokens: int, evidence: Any = None) -> Decision:
+    def prompt_budget(self, live: LiveState) -> int:
+        """The largest prompt, in tokens, the edge is given; a larger one goes to the cloud."""
+        return int(self.config.max_prompt_share * live.edge_n_ctx)
+
+    def decide(
+        self, req: ChatRequest, live: LiveState, prompt_tokens: int, evidence: Any = None, *,
+        prompt_tokens_exact: bool = True,
+    ) -> Decision:
         profile = self.scenario_for(req)
-        d = Decision(route="edge", reason="", scenario=profile.name, prompt_tokens=prompt_tokens, knowledge=evidence)
+        d = Decision(route="edge", reason="", scenario=profile.name, prompt_tokens=prompt_tokens,
+                     prompt_tokens_exact=prompt_tokens_exact, knowledge=evidence)
         rules = d.rules
 
         # What each backend may take at all. Earlier turns and a long (but fitting) prompt go to
@@ -162,13 +198,15 @@ class Router:
                 if forced == "edge":
                     d.cloud_ok = False
                     if not live.edge_ready:
-                        d.error = unavailable("The on-device model is not loaded.", "edge_unavailable")
+                        d.refusal = Refusal(RefusalKind.EDGE_UNAVAILABLE, "The on-device model is not loaded.")
                     return d
                 d.edge_ok = False  # the caller asked for the cloud: never answer it on the edge
                 if not live.cloud_enabled:
-                    d.error = unavailable("No cloud provider is configured on this gateway.", "cloud_unconfigured")
+                    d.refusal = Refusal(RefusalKind.CLOUD_UNCONFIGURED,
+                                        "No cloud provider is configured on this gateway.")
                 elif not live.cloud_available:
-                    d.error = unavailable("The cloud is unreachable right now (circuit open).", "cloud_unavailable")
+                    d.refusal = Refusal(RefusalKind.CLOUD_UNAVAILABLE,
+                                        "The cloud is unreachable right now (circuit open).")
                 return d
 
         # 2. Hard rules.
@@ -177,17 +215,17 @@ class Router:
             if edge_incapable.startswith(("tools:", "response-format:", "fields:")) and not live.cloud_enabled:
                 param = blocker_param(edge_incapable)
                 d.route, d.reason = "cloud", edge_incapable
-                d.error = APIError(400, f"The on-device model cannot honour '{param}' here ({edge_incapable}) and "
-                                   "no cloud provider is configured to take it.", "invalid_request_error", param,
-                                   "unsupported_parameter")
+                d.refusal = Refusal(RefusalKind.UNSUPPORTED_PARAMETER,
+                                    f"The on-device model cannot honour '{param}' here ({edge_incapable}) and "
+                                    "no cloud provider is configured to take it.", param)
                 return d
             if edge_incapable == "prompt-size" and not fits and not live.cloud_available:
                 d.route, d.reason = "cloud", "prompt-size"
-                d.error = APIError(
-                    400,
+                d.refusal = Refusal(
+                    RefusalKind.CONTEXT_LENGTH_EXCEEDED,
                     f"The prompt has about {prompt_tokens} tokens: more than the on-device model's context "
                     f"({live.edge_n_ctx}) and no cloud is available to take it.",
-                    "invalid_request_error", "messages", "context_length_exceeded",
+                    "messages",
                 )
                 return d
             return self._to_cloud(d, edge_incapable, live, allow_degraded=d.edge_ok)
@@ -279,7 +317,7 @@ class Router:
                 return why
         if req.has_images:
             return "images"
-        if prompt_tokens > self.config.max_prompt_share * live.edge_n_ctx:
+        if prompt_tokens > self.prompt_budget(live):
             return "prompt-size"
         if req.is_multi_turn:
             return "multi-turn"
@@ -311,12 +349,12 @@ class Router:
         d.rules.append("cloud-unavailable")
         what = "No cloud provider is configured" if not live.cloud_enabled else "The cloud is unreachable"
         if edge_down:
-            d.error = unavailable(f"The on-device model is not loaded and {what[0].lower() + what[1:]}.",
-                                  "no_backend")
+            d.refusal = Refusal(RefusalKind.NO_BACKEND,
+                                f"The on-device model is not loaded and {what[0].lower() + what[1:]}.")
         else:
-            d.error = unavailable(
+            d.refusal = Refusal(
+                RefusalKind.CLOUD_UNAVAILABLE,
                 f"{what}, and this request ({reason}) needs the cloud: the on-device model would answer "
                 "it badly.",
-                "cloud_unavailable",
             )
         return d

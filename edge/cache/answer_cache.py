@@ -133,6 +133,25 @@ class AnswerCache:
             self._count(f"{hit.reason}_hits")
         return hit
 
+    def peek(self, req: ChatRequest, policy: CachePolicy) -> CacheHit | None:
+        """What ``lookup`` would return, with no side effect: no hit or miss counted and no LRU
+        refresh, so a preview (``POST /v1/route``) never changes what the cache reports or evicts."""
+        if not policy.read or self._answers is None:
+            return None
+        try:
+            parts = self.key_parts(req)
+            if not parts.question:
+                return None
+            hit = self._lookup_faq(parts.question)
+            if hit is None:
+                hit = self._lookup_exact(parts, policy, touch=False)
+            if hit is None and self._semantic_sync is not None:
+                hit = self._semantic_sync.lookup(parts, policy, touch=False)
+        except Exception as exc:  # a preview reports a miss; the next real lookup counts and repairs
+            log.warning("cache peek failed: %s: %s", type(exc).__name__, exc)
+            return None
+        return hit
+
     def store(
         self,
         req: ChatRequest,
@@ -337,11 +356,11 @@ class AnswerCache:
             return None
         return faq_hit(key, checked_faq_row(value, question), "faq")
 
-    def _lookup_exact(self, parts: KeyParts, policy: CachePolicy) -> CacheHit | None:
+    def _lookup_exact(self, parts: KeyParts, policy: CachePolicy, touch: bool = True) -> CacheHit | None:
         answers = self._stores.answers
         if answers is None:
             return None
-        value = self._stores.get(answers, parts.key)
+        value = self._stores.get(answers, parts.key, touch)
         if value is None:
             return None
         hit = answer_hit(parts.key, value, policy, "hit")

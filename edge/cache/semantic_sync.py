@@ -92,8 +92,9 @@ class SemanticSync:
                 self._report("semantic-sync", exc)
             self._rowids[name] = last
 
-    def lookup(self, parts: KeyParts, policy: CachePolicy) -> CacheHit | None:
-        """A guarded neighbour of the question: among the FAQ first, then in its own context."""
+    def lookup(self, parts: KeyParts, policy: CachePolicy, touch: bool = True) -> CacheHit | None:
+        """A guarded neighbour of the question: among the FAQ first, then in its own context.
+        ``touch=False`` (a preview) leaves the LRU order as it was."""
         index = self.index
         if time.monotonic() - self._synced > SEMANTIC_SYNC_S:
             self.sync()
@@ -102,7 +103,7 @@ class SemanticSync:
                 store = self._stores.faq if context == FAQ_CONTEXT else self._stores.answers
                 if store is None:
                     continue
-                value = self._stores.get(store, key)
+                value = self._stores.get(store, key, touch)
                 if not isinstance(value, dict):
                     index.remove(context, key)  # expired or evicted since it was indexed
                     continue

@@ -174,8 +174,9 @@ class CacheStores:
         self._close_stores()
 
     # ----------------------------------------------------------------- reads and access times
-    def get(self, store: diskcache.Cache, key: str) -> Any:
-        """Read one value without writing; a corrupt row is deleted and reported.
+    def get(self, store: diskcache.Cache, key: str, touch: bool = True) -> Any:
+        """Read one value without writing; a corrupt row is deleted and reported. ``touch=False``
+        (a preview) leaves the LRU order as it was.
 
         diskcache's own ``get`` under least-recently-used eviction writes the access time in a
         transaction on every read (about 0.2 ms, and it fails on a full disk). Here the read is a
@@ -191,7 +192,7 @@ class CacheStores:
             except Exception as exc:
                 log.debug("deleting a corrupt entry failed: %s", exc)
             raise
-        if value is not None and store is self.answers:
+        if touch and value is not None and store is self.answers:
             self._touch(key)
         return value
 

@@ -131,6 +131,16 @@ class KnowledgeBase:
                 log.error("the FAQ entries of knowledge pack %s were not loaded: %s", pack.version, exc)
 
     # ----- questions --------------------------------------------------------------------------
+    @property
+    def dense_enabled(self) -> bool:
+        """``evidence`` blends in embedding cosines (tens of ms): callers on the loop use a thread."""
+        return self.config.dense
+
+    @property
+    def max_prompt_tokens(self) -> int:
+        """The grounding block's budget in a backend's prompt."""
+        return self.config.max_prompt_tokens
+
     def evidence(self, question: str) -> Evidence | None:
         """What the active pack says about a question; None when no pack is loaded (or it is off)."""
         active = self._active

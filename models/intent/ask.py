@@ -30,18 +30,45 @@ _QUESTION_END_RE = re.compile(r"[?？]\s*$")
 _WORD_RE = re.compile(r"[A-Za-z0-9']+")
 _CJK_RE = re.compile(r"[\u3400-\u9fff]")
 
-_ASK_EN = re.compile(
-    r"\b(where|what|what's|whats|when|which|who|whom|whose|why|how|is there|are there|is it|are you|can i|"
-    r"can you|can we|could you|could i|would you|will you|do you|does|did|should|shall|may i|please|pls|"
-    r"tell me|show me|help me|i need|we need|i want|we want|i'd like|i would like|looking for|explain|write|"
-    r"translate|calculate|compute|prove|plan|find|give me|recommend|suggest|compare|summari[sz]e|convert|"
-    r"list|fix|debug|wondering|any idea|is the|are the|do i|do we)\b",
-    re.IGNORECASE,
-)
-_ASK_ZH = re.compile(
-    r"吗|呢|哪|什么|啥|怎么|怎样|如何|多少|几[点个号楼层天岁次]|是否|能不能|可不可以|可以|有没有|请问|请|帮我|帮忙|告诉|"
-    r"想知道|想问|写|翻译|计算|算一下|证明|规划|计划|推荐|比较|解释|总结|为什么|谁|在哪"
-)
+def _trie_pattern(words: list[str]) -> str:
+    """One regular expression that matches exactly the strings in ``words``, as a trie: ``re`` tries
+    an alternation's branches one by one at every position, so a flat list of 80 words made a search
+    over a long voice transcript cost ~0.1 ms; a trie tries one branch per first letter. Only for
+    existence tests (``search``): which of two overlapping words matches first is not kept."""
+    trie: dict = {}
+    for word in words:
+        node = trie
+        for ch in word:
+            node = node.setdefault(ch, {})
+        node[""] = {}
+
+    def build(node: dict) -> str:
+        end = "" in node
+        branches = [re.escape(ch) + build(child) for ch, child in sorted(node.items()) if ch]
+        if not branches:
+            return ""
+        body = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
+        return f"(?:{body})?" if end else body
+
+    return build(trie)
+
+
+# What reads as an ask, in English (whole words) and Chinese. Used to test a sentence, never to cut it.
+_ASK_EN_TERMS = [
+    "where", "what", "what's", "whats", "when", "which", "who", "whom", "whose", "why", "how", "is there",
+    "are there", "is it", "are you", "can i", "can you", "can we", "could you", "could i", "would you",
+    "will you", "do you", "does", "did", "should", "shall", "may i", "please", "pls", "tell me", "show me",
+    "help me", "i need", "we need", "i want", "we want", "i'd like", "i would like", "looking for", "explain",
+    "write", "translate", "calculate", "compute", "prove", "plan", "find", "give me", "recommend", "suggest",
+    "compare", "summarise", "summarize", "convert", "list", "fix", "debug", "wondering", "any idea", "is the",
+    "are the", "do i", "do we",
+]
+_ASK_EN = re.compile(r"\b" + _trie_pattern(_ASK_EN_TERMS) + r"\b", re.IGNORECASE)
+_ASK_ZH = re.compile(_trie_pattern([
+    "吗", "呢", "哪", "什么", "啥", "怎么", "怎样", "如何", "多少", "是否", "能不能", "可不可以", "可以",
+    "有没有", "请问", "请", "帮我", "帮忙", "告诉", "想知道", "想问", "写", "翻译", "计算", "算一下", "证明",
+    "规划", "计划", "推荐", "比较", "解释", "总结", "为什么", "谁", "在哪",
+]) + "|几[点个号楼层天岁次]")
 _CLOSER_RE = re.compile(
     r"^\W*(thanks?|thank you|thx|cheers|much appreciated|appreciate it|sorry|no rush|have a (nice|good|great) "
     r"day|bye|ok|okay|that's all|谢谢|多谢|感谢|麻烦了|麻烦你了|辛苦了|不好意思|打扰了|不着急|拜托了|好的)",

@@ -18,7 +18,9 @@ import math
 import re
 import unicodedata
 import zlib
+from bisect import bisect_right
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -54,6 +56,8 @@ def _char_classes() -> np.ndarray:
 
 
 _CLASS_TABLE = _char_classes()
+# _BIT_COUNTS[v, j] is 1 when flag value v has class bit j (CJK, LATIN, DIGIT, MATH, CODE).
+_BIT_COUNTS = np.array([[(v >> j) & 1 for j in range(5)] for v in range(32)], dtype=np.int64)
 
 _U = np.uint64
 _FNV_PRIME = _U(0x100000001B3)
@@ -63,6 +67,7 @@ _NS_BIGRAM = 0x165667B19E3779F9
 _NS_META = 0x27D4EB2F165667C5
 _NS_ASK = 0x85EBCA77C2B2AE63  # the final ask's features live in their own part of the hash space
 _MASK64 = (1 << 64) - 1
+_SIGN_BIT = _U(1 << 63)
 
 
 @dataclass(frozen=True)
@@ -140,27 +145,42 @@ def _char_ngram_hashes(text: str, orders: tuple[int, ...]) -> list[np.ndarray]:
         if size < n:
             continue
         count = size - n + 1
-        h = np.full(count, _U((_NS_CHAR * n) & _MASK64), dtype=np.uint64)
-        for k in range(n):
-            h = (h * _FNV_PRIME) ^ cps[k : k + count]
+        h = cps[:count] ^ _U(_CHAR_SEEDS[n])  # the first round of (seed * prime) ^ c, seed folded in
+        for k in range(1, n):
+            h *= _FNV_PRIME
+            h ^= cps[k : k + count]
         out.append(h)
     return out
 
 
+# (seed_n * prime) mod 2**64 for each n-gram order: the first round of the rolling hash, precomputed.
+_CHAR_SEEDS = {n: ((_NS_CHAR * n) & _MASK64) * 0x100000001B3 & _MASK64 for n in range(1, 9)}
+
+
+@lru_cache(maxsize=1 << 16)
+def _token_hash(token: str, ns: int) -> int:
+    """CRC-32 pair of one word. Memoised (a pure function): kiosk text reuses a small vocabulary, and a
+    cache hit costs a fifth of hashing the word again."""
+    data = token.encode("utf-8")
+    return (zlib.crc32(data, ns) << 32) | zlib.crc32(data)
+
+
 def _token_hashes(tokens: list[str], namespace: int) -> np.ndarray:
     ns = namespace & 0xFFFFFFFF
-    return np.fromiter(
-        ((zlib.crc32(t.encode("utf-8"), ns) << 32) | zlib.crc32(t.encode("utf-8")) for t in tokens),
-        dtype=np.uint64,
-        count=len(tokens),
-    )
+    return np.fromiter((_token_hash(t, ns) for t in tokens), dtype=np.uint64, count=len(tokens))
+
+
+@lru_cache(maxsize=4096)
+def _shape_index(token: str, dim: int) -> int:
+    """The feature index of one shape or cue token. These tokens come from a small closed set (bucket
+    names), so each is hashed once per process instead of once per request (a memo of a pure function)."""
+    mixed = _mix(np.array([_token_hash(token, _NS_META & 0xFFFFFFFF)], dtype=np.uint64))
+    return int(mixed[0] % _U(dim))
 
 
 def _bucket(value: float, edges: tuple[float, ...]) -> int:
-    for i, edge in enumerate(edges):
-        if value < edge:
-            return i
-    return len(edges)
+    """The index of the first edge above ``value`` (len(edges) when none is)."""
+    return bisect_right(edges, value)
 
 
 def meta_tokens(raw: str, norm: str, n_words: int | None = None) -> list[str]:
@@ -172,11 +192,8 @@ def meta_tokens(raw: str, norm: str, n_words: int | None = None) -> list[str]:
     n = max(len(norm), 1)
     cps = np.frombuffer(norm.encode("utf-32-le"), dtype="<u4")
     flags = _CLASS_TABLE[np.minimum(cps, 0xFFFF)]  # astral characters fall on U+FFFF: no class
-    cjk = int(np.count_nonzero(flags & _CJK))
-    latin = int(np.count_nonzero(flags & _LATIN))
-    digits = int(np.count_nonzero(flags & _DIGIT))
-    maths = int(np.count_nonzero(flags & _MATH))
-    code = int(np.count_nonzero(flags & _CODE))
+    # One histogram of the flag values, then a count per class bit (one numpy pass, not five).
+    cjk, latin, digits, maths, code = (int(c) for c in np.bincount(flags, minlength=32)[:32] @ _BIT_COUNTS)
     lines = raw.count("\n")
     words = (len(_WORD_RE.findall(norm)) if n_words is None else n_words) + cjk
     toks = [
@@ -208,16 +225,23 @@ def _text_block(norm: str, config: FeatureConfig, words: list[str]) -> tuple[np.
         if len(wh) > 1:
             parts.append((wh[:-1] * _FNV_PRIME) ^ wh[1:] ^ _U(_NS_BIGRAM))
     # Never empty: the padded text always has unigrams and bigrams, even for "".
-    hashes, counts = np.unique(_mix(np.concatenate(parts)), return_counts=True)
-    vals = 1.0 + np.log(counts.astype(np.float64))
+    # np.unique(..., return_counts=True), spelt out: its argument checks cost more than the sort itself.
+    mixed = _mix(np.concatenate(parts))
+    mixed.sort()
+    starts = np.empty(mixed.shape[0] + 1, dtype=bool)
+    starts[0] = starts[-1] = True
+    np.not_equal(mixed[1:], mixed[:-1], out=starts[1:-1])
+    bounds = np.flatnonzero(starts)
+    hashes = mixed[bounds[:-1]]
+    vals = 1.0 + np.log(np.diff(bounds).astype(np.float64))
     vals /= np.dot(vals, vals) ** config.norm_power
-    signs = np.where((hashes >> _U(63)) == _U(1), -1.0, 1.0)
-    return hashes, vals * signs
+    vals[hashes >= _SIGN_BIT] *= -1.0
+    return hashes, vals
 
 
 def _meta_block(tokens: list[str], config: FeatureConfig) -> tuple[np.ndarray, np.ndarray]:
-    meta = _mix(_token_hashes(tokens, _NS_META))
-    return (meta % _U(config.dim)).astype(np.int64), np.full(meta.shape[0], config.meta_weight, dtype=np.float64)
+    idx = np.fromiter((_shape_index(t, config.dim) for t in tokens), dtype=np.int64, count=len(tokens))
+    return idx, np.full(len(tokens), config.meta_weight, dtype=np.float64)
 
 
 def featurize(text: str, config: FeatureConfig) -> tuple[np.ndarray, np.ndarray]:
@@ -237,32 +261,34 @@ def featurize(text: str, config: FeatureConfig) -> tuple[np.ndarray, np.ndarray]
         text = text[:half] + "\n" + text[-half:]
     norm = normalize(text)
     words = _WORD_RE.findall(norm)
-    idx_parts: list[np.ndarray] = []
-    val_parts: list[np.ndarray] = []
-    dim = _U(config.dim)
     text_hash, text_val = _text_block(norm, config, words)
-    idx_parts.append((text_hash % dim).astype(np.int64))
-    val_parts.append(text_val * (config.whole_weight if config.version >= 3 else 1.0))
     meta = meta_tokens(text, norm, len(words))
-    if config.version >= 3:
-        ask = final_ask(text)
-        if ask == text.strip():  # one short ask: the same features again, in the ask's part of the space
-            ask_norm, ask_hash, ask_val, ask_meta = norm, text_hash, text_val, meta
-        else:
-            ask_norm = normalize(ask)
-            ask_words = _WORD_RE.findall(ask_norm)
-            ask_hash, ask_val = _text_block(ask_norm, config, ask_words)
-            ask_meta = meta_tokens(ask, ask_norm, len(ask_words))
-        idx_parts.append((_mix(ask_hash ^ _U(_NS_ASK)) % dim).astype(np.int64))
-        val_parts.append(ask_val * config.ask_weight)
-        share = len(ask_norm) / max(len(norm), 1)
-        meta = [*meta, *("ask:" + tok for tok in ask_meta), f"ask_share:{_bucket(share, (0.2, 0.4, 0.7, 0.95))}"]
-        cues = cue_tokens(norm)
-        cues += ["ask:" + tok for tok in (cues if ask_norm is norm else cue_tokens(ask_norm))]
-        cue_idx, cue_val = _meta_block(cues, config)
-        idx_parts.append(cue_idx)
-        val_parts.append(cue_val * (config.cue_weight / config.meta_weight))
-    meta_idx, meta_val = _meta_block(meta, config)
-    idx_parts.append(meta_idx)
-    val_parts.append(meta_val)
-    return np.concatenate(idx_parts), np.concatenate(val_parts).astype(np.float32)
+    if config.version < 3:
+        shape_idx, shape_val = _meta_block(meta, config)
+        return (np.concatenate([_index(text_hash, config.dim), shape_idx]),
+                np.concatenate([text_val, shape_val]).astype(np.float32))
+    ask = final_ask(text)
+    if ask == text.strip():  # one short ask: the same features again, in the ask's part of the space
+        ask_norm, ask_hash, ask_val, ask_meta = norm, text_hash, text_val, meta
+    else:
+        ask_norm = normalize(ask)
+        ask_words = _WORD_RE.findall(ask_norm)
+        ask_hash, ask_val = _text_block(ask_norm, config, ask_words)
+        ask_meta = meta_tokens(ask, ask_norm, len(ask_words))
+    share = len(ask_norm) / max(len(norm), 1)
+    meta = [*meta, *("ask:" + tok for tok in ask_meta), f"ask_share:{_bucket(share, (0.2, 0.4, 0.7, 0.95))}"]
+    cues = cue_tokens(norm)
+    cues += ["ask:" + tok for tok in (cues if ask_norm is norm else cue_tokens(ask_norm))]
+    # One pass over the cue and shape tokens (cues first), weighted apart.
+    shape_idx, shape_val = _meta_block(cues + meta, config)
+    shape_val[: len(cues)] = config.cue_weight
+    text_idx = _index(np.concatenate([text_hash, _mix(ask_hash ^ _U(_NS_ASK))]), config.dim)
+    return (np.concatenate([text_idx, shape_idx]),
+            np.concatenate([text_val * config.whole_weight, ask_val * config.ask_weight, shape_val]).astype(np.float32))
+
+
+def _index(hashes: np.ndarray, dim: int) -> np.ndarray:
+    """Feature indices of mixed hashes: ``hash % dim`` (a mask when ``dim`` is a power of two, same result)."""
+    if dim & (dim - 1) == 0:
+        return (hashes & _U(dim - 1)).astype(np.int64)
+    return (hashes % _U(dim)).astype(np.int64)

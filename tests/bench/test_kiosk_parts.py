@@ -290,3 +290,16 @@ def test_orin_nx_estimate_is_marked_and_uses_the_runs_edge_demand() -> None:
     assert 1 <= est["cases"]["slow"]["kiosks"] <= est["cases"]["fast"]["kiosks"]
     no_edge = {"8": shapes["8"], "1": {"kiosks": 1, "strategies": {"all-edge": summarize([], Prices(1, 1), 1.0)}}}
     assert orin_nx_estimate({}, no_edge, KioskOptions())["available"] is False
+
+
+def test_intent_sets_labels_count_as_the_routing_datas(tmp_path: Path) -> None:
+    """The held-out intent set (simple/complex labels) can be the traffic, as the routing data (edge/cloud) is."""
+    import json
+
+    rows = [{"text": "Where is the pharmacy?", "lang": "en", "label": "simple", "source": "t"},
+            {"text": "Prove that sqrt(2) is irrational.", "lang": "en", "label": "complex", "source": "t"},
+            {"text": "Which floor is the cinema on?", "lang": "en", "label": "edge", "source": "t"}]
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    pools = load_pools(TrafficConfig(dataset_dirs=(tmp_path,)))
+    assert sorted(r["text"] for r in pools.simple["en"]) == ["Where is the pharmacy?", "Which floor is the cinema on?"]
+    assert [r["text"] for r in pools.complex["en"]] == ["Prove that sqrt(2) is irrational."]

@@ -7,9 +7,11 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from edge.backends import AnswerCacheStore, CloudRouteBackend, EdgeBackend, GeneratingBackend
+from edge.backends import AnswerCacheStore, CloudRouteBackend, EdgeBackend, GeneratingBackend, KnowledgeSource
 from edge.cache import AnswerCache
 from edge.cloud_backend import CloudBackend
+from edge.config import CacheConfig, CloudConfig, EdgeModelConfig, KnowledgeConfig
+from edge.knowledge import KnowledgeBase
 from edge.local_model import LocalModel
 from edge.types import ChatRequest, Finish, TextDelta, Usage
 
@@ -28,8 +30,9 @@ def _members(protocol: type) -> dict[str, object]:
 
 @pytest.mark.parametrize(
     ("protocol", "implementation"),
-    [(EdgeBackend, LocalModel), (CloudRouteBackend, CloudBackend), (AnswerCacheStore, AnswerCache)],
-    ids=["edge", "cloud", "cache"],
+    [(EdgeBackend, LocalModel), (CloudRouteBackend, CloudBackend), (AnswerCacheStore, AnswerCache),
+     (KnowledgeSource, KnowledgeBase)],
+    ids=["edge", "cloud", "cache", "knowledge"],
 )
 def test_the_real_classes_meet_the_protocols(protocol: type, implementation: type) -> None:
     for name, member in _members(protocol).items():
@@ -65,3 +68,18 @@ class ScriptedBackend:
 def test_a_scripted_fake_is_a_generating_backend() -> None:
     assert isinstance(ScriptedBackend("a"), GeneratingBackend)
     assert not isinstance(ScriptedBackend("a"), EdgeBackend)  # no live state: not an edge model
+
+
+def test_instances_of_the_real_classes_pass_the_runtime_checks(tmp_path) -> None:
+    """``isinstance`` on the runtime-checkable protocols: every member is there on a built object."""
+    edge = LocalModel(EdgeModelConfig())
+    assert isinstance(edge, EdgeBackend) and isinstance(edge, GeneratingBackend)
+    assert (edge.ready, edge.queue_full, edge.tools_state) == (False, False, "not-loaded")  # live state, unloaded
+    cloud = CloudBackend(CloudConfig())
+    assert isinstance(cloud, CloudRouteBackend) and not isinstance(cloud, EdgeBackend)
+    cache = AnswerCache(CacheConfig(), tmp_path)
+    try:
+        assert isinstance(cache, AnswerCacheStore)
+    finally:
+        cache.close()
+    assert isinstance(KnowledgeBase(KnowledgeConfig()), KnowledgeSource)

@@ -13,15 +13,14 @@ Run as ``python fakes.py NAME ARGS...``; the test fixture writes one tiny wrappe
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
+
+# subprocess, signal and time are imported by the few fakes that use them: the installer calls the
+# fakes ~40 times per run, and each call is a fresh interpreter, so imports are most of its cost.
 
 LLAMA_LAYERS = 29
 
@@ -264,6 +263,8 @@ def systemd_run(argv: list[str], state: dict[str, Any]) -> int:
     state.setdefault("systemd_runs", []).append({"user": user, "properties": props})
     save_state(state)
     env = {**os.environ, "FAKE_RUN_AS": user}
+    import subprocess
+
     return subprocess.run(argv[cut + 1:], env=env, check=False).returncode
 
 
@@ -299,6 +300,9 @@ def curl(argv: list[str], state: dict[str, Any]) -> int:
 
 def tegrastats(argv: list[str], state: dict[str, Any]) -> int:
     """JetPack 6 tegrastats lines (Orin NX: tj junction sensor, VDD_IN module input power)."""
+    import signal
+    import time
+
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     if os.environ.get("FAKE_OC") == "1":  # the module hits its current limit while tegrastats runs
         for counter in (_root() / "sys/class/hwmon").glob("hwmon*/oc*_event_cnt"):
@@ -417,14 +421,15 @@ def main() -> int:
         env["PATH"] = os.environ.get("PATH", "")
     log_call(name, argv, env=env)
     state = load_state()
-    with contextlib.suppress(KeyboardInterrupt):
+    try:
         rc = HANDLERS[name](argv, state)
-        if name == "systemd-run":
-            state = load_state()  # the command it ran saved its own changes
-        if name != "tegrastats":
-            save_state(state)
-        return rc
-    return 130
+    except KeyboardInterrupt:
+        return 130
+    if name == "systemd-run":
+        state = load_state()  # the command it ran saved its own changes
+    if name != "tegrastats":
+        save_state(state)
+    return rc
 
 
 if __name__ == "__main__":

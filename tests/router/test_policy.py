@@ -10,8 +10,9 @@ from dataclasses import dataclass
 
 import pytest
 
+from edge.app import refusal_error
 from edge.config import RouterConfig, Settings
-from edge.router import LiveState, Router
+from edge.router import LiveState, RefusalKind, Router
 from edge.schemas import parse_chat_request
 
 
@@ -124,7 +125,9 @@ def test_operator_can_forbid_overrides():
 
 def test_forced_cloud_without_cloud_is_a_clear_503():
     d = decide(req("hi", model="edgecloud-cloud"), live=NO_CLOUD)
-    assert d.error is not None and d.error.status == 503 and d.error.code == "cloud_unconfigured"
+    assert d.refusal is not None and d.refusal.kind is RefusalKind.CLOUD_UNCONFIGURED
+    error = refusal_error(d.refusal)  # the app, not the router, gives the refusal its status
+    assert (error.status, error.code, error.type) == (503, "cloud_unconfigured", "server_error")
 
 
 def test_cloud_down_simple_low_confidence_goes_to_edge_degraded():
@@ -140,10 +143,10 @@ def test_cloud_down_multi_turn_is_answered_degraded_on_the_edge():
 
 def test_cloud_down_complex_is_a_503_that_says_why():
     d = decide(req("写一个校验IPv6的正则"), live=DOWN, label="complex")
-    assert d.error is not None and d.error.status == 503
-    assert "needs the cloud" in d.error.message
+    assert d.refusal is not None and refusal_error(d.refusal).status == 503
+    assert "needs the cloud" in d.refusal.message
     d = decide(req("写一个校验IPv6的正则"), live=NO_CLOUD, label="complex")
-    assert d.error is not None and "No cloud provider is configured" in d.error.message
+    assert d.refusal is not None and "No cloud provider is configured" in d.refusal.message
 
 
 def test_edge_busy_goes_to_cloud():
@@ -161,9 +164,31 @@ def test_edge_not_loaded_goes_to_cloud_or_503():
     loading = LiveState(edge_ready=False, cloud_enabled=True, cloud_available=True)
     assert decide(req("Hi"), live=loading).reason == "edge-unavailable"
     d = decide(req("Hi"), live=LiveState(edge_ready=False))
-    assert d.error is not None and d.error.code == "no_backend"
+    assert d.refusal is not None and d.refusal.kind is RefusalKind.NO_BACKEND
 
 
 def test_decision_is_explainable_as_json():
     out = decide(req("hmm"), conf=0.5).as_dict()
     assert {"route", "reason", "label", "confidence", "prompt_tokens", "rules", "hedge"} <= set(out)
+    assert out["refusal"] is None
+
+
+def test_a_refusal_is_a_kind_and_a_reason_the_app_maps_to_a_status():
+    d = decide(req("Where is the restroom?"), live=NO_CLOUD, tokens=5000)  # longer than the 2048-token context
+    assert d.refusal is not None and d.refusal.kind is RefusalKind.CONTEXT_LENGTH_EXCEEDED
+    assert d.as_dict()["refusal"] == {"kind": "context_length_exceeded", "message": d.refusal.message,
+                                      "param": "messages"}
+    error = refusal_error(d.refusal)
+    assert (error.status, error.type, error.param, error.code) == (
+        400, "invalid_request_error", "messages", "context_length_exceeded")
+
+
+def test_every_refusal_kind_has_a_status_and_the_router_chooses_none():
+    import inspect
+
+    import edge.router
+    from edge.app import REFUSAL_STATUS
+
+    assert set(REFUSAL_STATUS) == set(RefusalKind)
+    source = inspect.getsource(edge.router)
+    assert "APIError" not in source and ".errors" not in source
