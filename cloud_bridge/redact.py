@@ -12,22 +12,25 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-# Each pattern keeps its group 1 (the label: "Authorization: ", "key=") and masks what follows.
-_PATTERNS = (
-    re.compile(r"(?i)(authorization\s*[:=]\s*)(?:bearer\s+)?[^\s,;\"']+"),
-    re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]+"),
-    re.compile(r"(?i)((?:api[_-]?)?key=)[^&\s\"']+"),
-    re.compile(r"(?i)(\btoken=)[^&\s\"']+"),
-    re.compile(r"(?i)((?:x-)?api-key\s*[:=]\s*)[^\s,;\"']+"),
-    re.compile(r"()\bsk-[A-Za-z0-9_-]{6,}"),
+# One pass over the text: each alternative's one group is its label ("Authorization: ", "key="),
+# kept; what follows it is masked. Case-insensitive throughout.
+_CREDENTIAL = re.compile(
+    r"(?i)(authorization\s*[:=]\s*)(?:bearer\s+)?[^\s,;\"']+"
+    r"|(bearer\s+)[A-Za-z0-9._~+/=-]+"
+    r"|((?:x-)?api-key\s*[:=]\s*)[^\s,;\"']+"
+    r"|((?:api[_-]?)?key=)[^&\s\"']+"
+    r"|(\btoken=)[^&\s\"']+"
+    r"|()\bsk-[A-Za-z0-9_-]{6,}"
 )
 MASK = "[redacted]"
 URL_MASK = "***"  # inside URLs: brackets would be percent-encoded
 
 
 def _may_hold_credential(text: str) -> bool:
-    """A cheap test before the regexes: every pattern needs one of these (the hot path is log lines)."""
-    return "=" in text or ":" in text or "sk-" in text or "bearer" in text.lower()
+    """A cheap test first (most logged strings are short words): every alternative above needs one
+    of these, in any case."""
+    low = text.lower()
+    return "=" in low or ":" in low or "sk-" in low or "bearer" in low
 
 
 class Redactor:
@@ -53,8 +56,7 @@ class Redactor:
             if secret in text:
                 text = text.replace(secret, MASK)
         if _may_hold_credential(text):
-            for pattern in _PATTERNS:
-                text = pattern.sub(_keep_label, text)
+            text = _CREDENTIAL.sub(_keep_label, text)
         return text
 
     def clean(self, value: Any) -> Any:
@@ -69,7 +71,7 @@ class Redactor:
 
 
 def _keep_label(match: re.Match[str]) -> str:
-    return match.group(1) + MASK
+    return (match.group(match.lastindex) if match.lastindex else "") + MASK
 
 
 _SECRET_PARAM = re.compile(r"(?i)key|token|secret|sig|pass|auth|credential|code")
