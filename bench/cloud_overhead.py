@@ -12,7 +12,7 @@ machine hits all of them alike:
 * ``bridge``       - ``CloudBridge.stream_chat`` (warm pool, trace phases, timeouts, retry logic,
   strict SSE parser).
 
-Targets (issue 3): bridge - raw < 1 ms at the median; bridge beats fresh by the handshake cost.
+Targets: bridge - raw < 1 ms at the median; bridge beats fresh by the handshake cost.
 ``--setup-ms`` adds a per-connection delay in the fake (a stand-in for a far-away handshake).
 Prints the figures and writes ``bench/results/cloud_overhead.json``.
 

@@ -55,6 +55,11 @@ with arguments made from its parameter schema. Streamed, each call's first chunk
 ``cut`` fault counts those fragments, so a stream can be cut in the middle of a call. A tool result
 as the last message is answered ``"Done: <result>"``. ``response_format`` ``json_schema`` is
 answered with a JSON instance of the schema, ``json_object`` with ``{"echo": <last user message>}``.
+
+Why one module of about 800 lines: it is a test double that must misbehave at the byte level, and
+each fault above is a branch in the one request handler that writes those bytes; its config,
+state, latency model and servers are small parts of that one handler's contract, which every suite
+imports as one thing. Split by fault, a reader would chase one request across files.
 """
 
 from __future__ import annotations

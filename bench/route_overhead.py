@@ -55,12 +55,12 @@ def load_texts(limit: int, seed: int = 7, extra_dirs: tuple[Path, ...] = ()) -> 
 
 
 async def measure(n: int, extra_dirs: tuple[Path, ...] = ()) -> dict:
+    from edge.assembly import build_services
     from edge.config import Settings
-    from edge.services import Services
 
     with tempfile.TemporaryDirectory() as tmp:
         settings = Settings.model_validate({"server": {"data_dir": tmp}, "metrics": {"enabled": False}})
-        services = Services(settings)
+        services = build_services(settings)
         await services.start()
         await services.loaded.wait()
         from edge.schemas import parse_chat_request

@@ -16,6 +16,10 @@ What fails the run (exit status 1):
     python -m bench.soak --minutes 5         # default; writes bench/results/soak.json
 
 The launcher (:class:`GatewayProcess`) is reused by the reliability tests (tests/reliability).
+
+Why one module of about 550 lines: it is one benchmark read top to bottom (launch, traffic mix,
+fault schedule, sampling, segment verdicts, restart check, report), and its parts share the run's
+config and result record; the launcher is the one piece used elsewhere and is a class of its own.
 """
 
 from __future__ import annotations

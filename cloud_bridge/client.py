@@ -5,8 +5,8 @@ clients are long-lived, warmed at start-up and kept warm while idle) nor an unlu
 (retries with jittered back-off under a budget, a breaker per provider, fail-over in priority
 order). Retrying is only safe while nothing has reached the kiosk yet, so every retry decision
 happens before the first :class:`ContentDelta` or :class:`ToolCallDelta` is yielded; after it, a
-failure is raised with
-``before_first_token=False`` and the router decides.
+failure is raised with ``before_first_token=False`` and the router decides. The connections
+themselves (clients, warm-up, keep-warm probes) are ``cloud_bridge.pool``'s.
 """
 
 from __future__ import annotations
@@ -16,14 +16,12 @@ import contextlib
 import logging
 import math
 import random
-import ssl
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-import anyio
 import httpx
 
 from cloud_bridge.breaker import CircuitBreaker
@@ -32,6 +30,7 @@ from cloud_bridge.deadline import DeadlineExceeded, Watchdog
 from cloud_bridge.errors import BREAKER_KINDS, CloudError
 from cloud_bridge.events import ContentDelta, StreamDone, ToolCallDelta
 from cloud_bridge.percentile import nearest_rank
+from cloud_bridge.pool import Provider, keep_warm, open_client, probe
 from cloud_bridge.redact import RedactingFilter, Redactor, provider_secrets, safe_url
 from cloud_bridge.retry import RetryBudget, full_jitter_backoff
 from cloud_bridge.timings import CallTimings, DnsCache, PhaseTrace
@@ -61,36 +60,6 @@ class CallRecord:
     usage: dict[str, Any] | None = None
 
 
-@dataclass
-class _Provider:
-    """Runtime state of one configured upstream (lives as long as the bridge)."""
-
-    cfg: ProviderConfig
-    breaker: CircuitBreaker
-    budget: RetryBudget
-    client: httpx.AsyncClient | None = None
-    chat_url: httpx.URL | None = None
-    models_url: httpx.URL | None = None
-    last_used: float = field(default_factory=time.monotonic)
-
-    @property
-    def name(self) -> str:
-        return self.cfg.name
-
-
-def _endpoint(base_url: str, suffix: str) -> httpx.URL:
-    """``{base}/suffix`` keeping any query string of the base (some gateways need one)."""
-    url = httpx.URL(base_url)
-    return url.copy_with(path=url.path.rstrip("/") + "/" + suffix)
-
-
-def _verify(value: bool | str) -> bool | ssl.SSLContext:
-    """A CA bundle path becomes an SSLContext (httpx 0.28 deprecates ``verify=<path>``)."""
-    if isinstance(value, str):
-        return ssl.create_default_context(cafile=value)
-    return value
-
-
 class CloudBridge:
     """Client of every configured OpenAI-compatible upstream; create in the app lifespan."""
 
@@ -106,7 +75,7 @@ class CloudBridge:
         self._rng = rng or random.Random()
         self._dns = DnsCache(config.dns_cache_ttl_s)
         self._providers = [
-            _Provider(
+            Provider(
                 cfg=p,
                 breaker=CircuitBreaker(
                     consecutive=p.breaker_consecutive_failures,
@@ -133,9 +102,9 @@ class CloudBridge:
         for name in ("httpx", "httpcore"):
             logging.getLogger(name).addFilter(self._log_filter)
         if self.config.warmup and self._providers:
-            await asyncio.gather(*(self._probe(p) for p in self._providers))
+            await asyncio.gather(*(probe(p, self._redact) for p in self._providers))
         if self.config.keep_warm and self._providers and self._keep_warm_task is None:
-            self._keep_warm_task = asyncio.create_task(self._keep_warm_loop(), name="cloud-keep-warm")
+            self._keep_warm_task = asyncio.create_task(keep_warm(self._providers, self._redact), name="cloud-keep-warm")
 
     async def aclose(self) -> None:
         if self._keep_warm_task is not None:
@@ -155,24 +124,8 @@ class CloudBridge:
         if self._started:
             return
         for prov in self._providers:
-            cfg = prov.cfg
-            self._redact.add(cfg.resolved_api_key())
-            prov.chat_url = _endpoint(cfg.base_url, "chat/completions")
-            prov.models_url = _endpoint(cfg.base_url, "models")
-            prov.client = httpx.AsyncClient(
-                http2=cfg.http2,
-                verify=_verify(cfg.verify_tls),
-                limits=httpx.Limits(
-                    max_connections=cfg.max_connections,
-                    max_keepalive_connections=cfg.max_connections,
-                    keepalive_expiry=cfg.keepalive_expiry_s,
-                ),
-                timeout=httpx.Timeout(
-                    connect=cfg.connect_timeout_s, read=None, write=cfg.connect_timeout_s,
-                    pool=cfg.connect_timeout_s,
-                ),
-                follow_redirects=False,
-            )
+            self._redact.add(prov.cfg.resolved_api_key())
+            open_client(prov)
         self._started = True
 
     # ----------------------------------------------------------------- state for the router
@@ -336,7 +289,7 @@ class CloudBridge:
         raise error
 
     def _retry_delay(
-        self, prov: _Provider, err: CloudError, retry_index: int, call_deadline: float
+        self, prov: Provider, err: CloudError, retry_index: int, call_deadline: float
     ) -> float | None:
         """Seconds to wait before retrying the same provider, or None to move on."""
         cfg = prov.cfg
@@ -403,7 +356,7 @@ class CloudBridge:
 
     async def _attempt(
         self,
-        prov: _Provider,
+        prov: Provider,
         body: dict[str, Any],
         request_id: str,
         route_model: str,
@@ -479,30 +432,3 @@ class CloudBridge:
             wd.close()
             if response is not None:
                 await response.aclose()
-
-    # ----------------------------------------------------------------- warm connections
-    async def _probe(self, prov: _Provider) -> None:
-        """GET /models: any answer (even 401/404) leaves a warm, pooled connection behind."""
-        if prov.client is None or prov.models_url is None:
-            return
-        headers = {"x-request-id": "edgecloud-keep-warm", **prov.cfg.auth_headers()}
-        timeout = prov.cfg.connect_timeout_s
-        try:
-            with anyio.fail_after(timeout * 2):
-                async with prov.client.stream("GET", prov.models_url, headers=headers) as response:
-                    async for _ in response.aiter_raw():
-                        pass
-        except Exception as exc:
-            reason = self._redact(f"{type(exc).__name__}: {exc}")
-            log.info("keep-warm probe of %s failed: %s", prov.name, reason)
-        prov.last_used = time.monotonic()
-
-    async def _keep_warm_loop(self) -> None:
-        interval = min(p.cfg.keep_warm_interval_s for p in self._providers)
-        while True:
-            await asyncio.sleep(max(0.05, interval / 2))
-            now = time.monotonic()
-            for prov in self._providers:
-                if now - prov.last_used >= prov.cfg.keep_warm_interval_s:
-                    await self._probe(prov)
-

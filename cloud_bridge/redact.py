@@ -12,32 +12,66 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-_PATTERNS = (
-    re.compile(r"(?i)(authorization\s*[:=]\s*)(?:bearer\s+)?[^\s,;\"']+"),
-    re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]+"),
-    re.compile(r"(?i)((?:api[_-]?)?key=)[^&\s\"']+"),
-    re.compile(r"(?i)((?:x-)?api-key\s*[:=]\s*)[^\s,;\"']+"),
-    re.compile(r"()\bsk-[A-Za-z0-9_-]{6,}"),
+# One pass over the text: each alternative's one group is its label ("Authorization: ", "key="),
+# kept; what follows it is masked. Case-insensitive throughout.
+_CREDENTIAL = re.compile(
+    r"(?i)(authorization\s*[:=]\s*)(?:bearer\s+)?[^\s,;\"']+"
+    r"|(bearer\s+)[A-Za-z0-9._~+/=-]+"
+    r"|((?:x-)?api-key\s*[:=]\s*)[^\s,;\"']+"
+    r"|((?:api[_-]?)?key=)[^&\s\"']+"
+    r"|(\btoken=)[^&\s\"']+"
+    r"|()\bsk-[A-Za-z0-9_-]{6,}"
 )
-MASK = "***"
+MASK = "[redacted]"
+URL_MASK = "***"  # inside URLs: brackets would be percent-encoded
+
+
+def _may_hold_credential(text: str) -> bool:
+    """A cheap test first (most logged strings are short words): every alternative above needs one
+    of these, in any case."""
+    low = text.lower()
+    return "=" in low or ":" in low or "sk-" in low or "bearer" in low
 
 
 class Redactor:
-    """Masks the configured keys verbatim plus anything that looks like a credential."""
+    """Masks the configured secrets verbatim, then anything shaped like a credential.
+
+    The one redactor of the project: the cloud bridge's errors and log filter, the gateway's log
+    redaction, its request log lines and its dashboard all use it. Shapes: an ``Authorization``
+    header's value, a bearer token, ``key=``/``api_key=``/``api-key=``/``token=`` values, an
+    ``api-key:``/``x-api-key:`` header's value and ``sk-`` keys. The label stays ("key=[redacted]"),
+    so a reader still sees what was removed. Secrets shorter than 4 characters are ignored: masking
+    them would garble ordinary words.
+    """
 
     def __init__(self, secrets: Iterable[str | None] = ()) -> None:
-        self._secrets = sorted({s for s in secrets if s and len(s) >= 4}, key=len, reverse=True)
+        self.secrets = sorted({s for s in secrets if s and len(s) >= 4}, key=len, reverse=True)
 
     def add(self, secret: str | None) -> None:
-        if secret and len(secret) >= 4 and secret not in self._secrets:
-            self._secrets = sorted([*self._secrets, secret], key=len, reverse=True)
+        if secret and len(secret) >= 4 and secret not in self.secrets:
+            self.secrets = sorted([*self.secrets, secret], key=len, reverse=True)
 
     def __call__(self, text: str) -> str:
-        for secret in self._secrets:
-            text = text.replace(secret, MASK)
-        for pattern in _PATTERNS:
-            text = pattern.sub(lambda m: m.group(1) + MASK, text)
+        for secret in self.secrets:
+            if secret in text:
+                text = text.replace(secret, MASK)
+        if _may_hold_credential(text):
+            text = _CREDENTIAL.sub(_keep_label, text)
         return text
+
+    def clean(self, value: Any) -> Any:
+        """``value`` (plain JSON data) with every string redacted; dict keys become strings."""
+        if isinstance(value, str):
+            return self(value)
+        if isinstance(value, dict):
+            return {str(k): self.clean(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [self.clean(v) for v in value]
+        return value
+
+
+def _keep_label(match: re.Match[str]) -> str:
+    return (match.group(match.lastindex) if match.lastindex else "") + MASK
 
 
 _SECRET_PARAM = re.compile(r"(?i)key|token|secret|sig|pass|auth|credential|code")
@@ -72,7 +106,7 @@ def safe_url(url: str) -> str:
     query = parts.query
     if query:
         pairs = [
-            (k, MASK if _SECRET_PARAM.search(k) else v)
+            (k, URL_MASK if _SECRET_PARAM.search(k) else v)
             for k, v in parse_qsl(query, keep_blank_values=True)
         ]
         query = urlencode(pairs, safe="*")

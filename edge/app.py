@@ -27,9 +27,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from . import __version__
 from .admin_auth import shows_admin_token
+from .assembly import build_services
 from .config import ROUTE_NAMES, Settings
 from .disclosure import public_load_error
 from .errors import APIError, internal, invalid
+from .feature_routes import mount_feature_routes
 from .openai_format import DONE, ChunkWriter, assemble_tool_calls, completion_body
 from .pipeline import Answer, Pipeline, Preview, Refused, cache_reason
 from .router import Refusal, RefusalKind
@@ -281,7 +283,7 @@ async def _sse(answer: Answer, writer: ChunkWriter, include_usage: bool) -> Asyn
 def create_app(settings: Settings) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        services = Services(settings)
+        services = build_services(settings)
         app.state.services = services
         await services.start()
         from .systemd_notify import SystemdNotify
@@ -420,5 +422,5 @@ def create_app(settings: Settings) -> FastAPI:
     from .responses_api import mount_responses
 
     mount_responses(app, settings)  # POST /v1/responses, over the same pipeline
-    Services.mount_feature_routes(app, require_admin)
+    mount_feature_routes(app, require_admin)
     return app

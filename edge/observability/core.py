@@ -19,23 +19,22 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from cloud_bridge.errors import PROVIDER_FAULT_KINDS
+from cloud_bridge.redact import Redactor
 from edge.config import Settings, SlaTarget
 from edge.records import RequestRecord
 
-from .cost import REJECTED, ROUTES, PriceBook, UsageTotals, usage_key, usage_of
+from .cost import ROUTES, PriceBook, UsageTotals, usage_key, usage_of
 from .device import DeviceSampler
-from .logs import REQUEST_LOGGER, Redactor, emit_request_log
+from .logs import REQUEST_LOGGER, emit_request_log
 from .metrics import (
     CLOUD_PHASES,
     ChildCache,
     RequestMetrics,
     StateCollector,
     StateSources,
-    flatten_update_status,
-    safe_call,
 )
 from .monitor import SlaMonitor
-from .sla import MINUTE_S, MinuteRow, evaluate, minute_of, rollup
+from .sla import MINUTE_S, MinuteRow, evaluate, minute_of
 from .store import MinuteStore, StoredRow
 
 log = logging.getLogger(__name__)
@@ -87,15 +86,6 @@ def call_ttft_ms(rec: object) -> float | None:
     return call_phases(rec)["first_byte"]
 
 
-def knowledge_summary(status: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The dashboard's venue-knowledge card: the pack's version, hit ratio and the operator's
-    to-do list (uncovered venue questions, already scrubbed and thresholded by the service)."""
-    if not status:
-        return None
-    return {k: status.get(k) for k in ("loaded", "mode", "name", "version", "pack_version", "facts",
-                                       "hit_ratio", "lookups", "uncovered", "last_error")}
-
-
 def merge_stored(kind: str, old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     """How a minute written twice (restart, straggler) is combined in the store."""
     if kind == "usage":
@@ -114,7 +104,7 @@ class Observability:
         self._children = ChildCache(self.metrics)
         self._bound_breakers: Callable[[], dict[str, str]] | None = None
         # The collector reads breakers through ``_breakers``: bound states win over the last call seen.
-        self.sources = StateSources(breaker_states=self._breakers)
+        self.sources = StateSources(breaker_states=self.breaker_states)
         self.device = DeviceSampler(
             list(mc.tegrastats_cmd), float(getattr(mc, "device_sample_interval_s", 5.0))
         )
@@ -348,6 +338,7 @@ class Observability:
         installed_version: Callable[[], str | None],
         edge_slots: Callable[[], tuple[int, int]] | None = None,
         edge_batches: Callable[[], tuple[int, int]] | None = None,
+        knowledge_status: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
         """Live state the gauges read at scrape time (pulled, so never stale and never pushed)."""
         self.sources.queue_depth = queue_depth
@@ -357,8 +348,10 @@ class Observability:
         self.sources.installed_version = installed_version
         self.sources.edge_slots = edge_slots
         self.sources.edge_batches = edge_batches
+        self.sources.knowledge_status = knowledge_status
 
-    def _breakers(self) -> dict[str, str]:
+    def breaker_states(self) -> dict[str, str]:
+        """Each provider's breaker: the bridge's bound states, else the last attempt's report."""
         states = dict(self._call_breakers)
         if self._bound_breakers is not None:
             with contextlib.suppress(Exception):
@@ -368,78 +361,3 @@ class Observability:
     def render_metrics(self) -> tuple[bytes, str]:
         """The Prometheus text page and its content type (scrape-time gauges are read now)."""
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
-
-    # ----- dashboard ----------------------------------------------------------------------------------
-    def dashboard_data(self) -> dict[str, Any]:
-        """Everything the dashboard draws, from the same counters and minutes as /metrics and the SLA."""
-        now = time.time()
-        src = self.sources
-        rows = {(r.minute, r.scope, r.name): r for r in self.monitor.recent.values()}
-        for r in self.monitor.open_rows():
-            key = (r.minute, r.scope, r.name)
-            rows[key] = rows[key].merge(r) if key in rows else r
-        oldest = minute_of(now) - (self.monitor.recent_minutes - 1) * MINUTE_S
-        series: dict[str, list[dict[str, Any]]] = {r: [] for r in ROUTES}
-        providers: dict[str, list[dict[str, Any]]] = {}
-        for (minute, scope, name), r in sorted(rows.items()):
-            if minute < oldest:
-                continue
-            point = {
-                "minute": minute,
-                "requests": r.requests,
-                "p50": r.ttft_p50_ms,
-                "p95": r.ttft_p95_ms,
-                "p99": r.ttft_p99_ms,
-                "availability": r.availability,
-            }
-            if scope == "route":
-                series.setdefault(name, []).append(point)
-            else:
-                providers.setdefault(name, []).append(point)
-        hour = {r: sum(p["requests"] for p in pts) for r, pts in series.items()}
-        totals = {k: self.totals.get(k, UsageTotals()) for k in (*ROUTES, REJECTED)}
-        hits = sum(u.cache_hits for u in totals.values())
-        misses = sum(u.cache_misses for u in totals.values())
-        saved = sum(u.avoided_usd for u in totals.values())
-        spent = sum(u.cost_usd for u in totals.values())
-        all_ttft, _ = rollup(r for r in rows.values() if r.scope == "route" and r.minute >= oldest)
-        update = safe_call(src.update_status, {})
-        return {
-            "generated_at": now,
-            "started_at": self.started_at,
-            "window_minutes": self.monitor.recent_minutes,
-            "route_mix": {r: totals[r].requests for r in ROUTES},
-            "route_mix_last_hour": hour,
-            "requests": {
-                "total": sum(u.requests for u in totals.values()),
-                "rejected": totals[REJECTED].requests,
-                "errors": sum(u.errors for u in totals.values()),
-            },
-            "ttft": series,
-            "ttft_last_hour": {"p50": all_ttft.quantile(50), "p99": all_ttft.quantile(99)},
-            "providers": providers,
-            "cache": {
-                "hits": hits,
-                "misses": misses,
-                "hit_ratio": hits / (hits + misses) if hits + misses else 0.0,
-            },
-            "money": {
-                "currency": "USD",
-                "saved_usd": saved,
-                "cloud_cost_usd": spent,
-                "all_cloud_usd": saved + spent,
-                "reference_provider": self.prices.reference_name,
-            },
-            "model": {
-                "version": safe_call(src.installed_version, None),
-                "loaded": bool(safe_call(src.model_loaded, False)),
-                "queue_depth": int(safe_call(src.queue_depth, 0)),
-            },
-            "update": self.redact.clean(flatten_update_status(update)),
-            "breakers": self._breakers(),
-            "device": self.device.snapshot.to_dict(),
-            "breaches": [b.to_dict() for b in reversed(self.monitor.recent_breaches)][:20],
-            "knowledge": knowledge_summary(safe_call(src.knowledge_status, None)),
-        }
-
-

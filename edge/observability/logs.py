@@ -3,21 +3,19 @@
 Fields are listed explicitly (never "dump the record"), so a field added to ``RequestRecord``
 later cannot leak into the logs by accident. Prompt text appears only when the operator turned
 ``logging.log_prompts`` on, and every string passes through a ``Redactor`` that removes the
-configured API keys and anything shaped like a bearer token, so a key can never reach a log even
-if an upstream error message echoes it.
+configured API keys and anything shaped like a credential (``cloud_bridge.redact``, the project's
+one redactor), so a key can never reach a log even if an upstream error message echoes it.
 """
 
 from __future__ import annotations
 
 import logging
-import re
-from collections.abc import Iterable
 from typing import Any
 
+from cloud_bridge.redact import Redactor
 from edge.records import RequestRecord
 
 REQUEST_LOGGER = "edgecloud.request"
-REDACTED = "[redacted]"
 
 _LOG_FIELDS = (
     "request_id",
@@ -45,33 +43,6 @@ _LOG_FIELDS = (
     "hedged",
     "fallback",
 )
-_TOKEN_SHAPES = re.compile(
-    r"([Bb]earer\s+[A-Za-z0-9._~+/=-]{8,}|\bsk-[A-Za-z0-9_-]{8,}|\b(?:[Aa][Pp][Ii][_-]?[Kk][Ee][Yy]|[Tt]oken)=[^\s&\"']{6,})"
-)
-
-
-class Redactor:
-    """Removes known secrets and key-shaped strings from text."""
-
-    def __init__(self, secrets: Iterable[str] = ()) -> None:
-        self.secrets = sorted({s for s in secrets if s and len(s) >= 4}, key=len, reverse=True)
-
-    def __call__(self, text: str) -> str:
-        for secret in self.secrets:
-            if secret in text:
-                text = text.replace(secret, REDACTED)
-        if "sk-" in text or "earer" in text or "=" in text:  # cheap hints before the regex
-            text = _TOKEN_SHAPES.sub(REDACTED, text)
-        return text
-
-    def clean(self, value: Any) -> Any:
-        if isinstance(value, str):
-            return self(value)
-        if isinstance(value, dict):
-            return {str(k): self.clean(v) for k, v in value.items()}
-        if isinstance(value, (list, tuple)):
-            return [self.clean(v) for v in value]
-        return value
 
 
 def _round(value: Any) -> Any:

@@ -12,6 +12,13 @@ Workspace layout (private to the operator; only ``publish`` output is served)::
 Roles: ``root`` (keys of all top roles), ``targets`` (bundle artifacts), ``snapshot``, ``timestamp``,
 and one delegated targets role ``channel-<name>`` per roll-out channel, trusted only for
 ``channels/<name>/*``: it signs which bundle the channel runs, not the artifacts themselves.
+
+Why one module of about 500 lines: ``FleetRepository`` is python-tuf's ``Repository`` subclass, and
+every operator command (init, add a channel, build, promote, roll back, rotate keys, sign, publish)
+is one method that opens roles, edits them and closes them through the same open/close/sign
+bookkeeping (versions, expiry, signatures, root history). Split into mixins, that bookkeeping would
+sit in one file and its every use in others; the signing helpers the commands share are already
+small functions here, and python-tuf's unstable part is fenced in ``models/fleet/tuf_private.py``.
 """
 
 from __future__ import annotations

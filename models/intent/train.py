@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import random
 from collections import Counter
 from collections.abc import Sequence
@@ -33,6 +32,13 @@ from models.intent.augment import KINDS, Phrases, variant
 from models.intent.features import FeatureConfig, featurize
 from models.intent.metrics import routing_recall, summarize
 from models.intent.runtime import CARD_FILE, MODEL_FILE, IntentClassifier
+from models.intent.thresholds import (
+    logit,
+    routing_report,
+    shift,
+    thresholds_on_split,
+    thresholds_out_of_fold,
+)
 
 LABELS = ("simple", "complex")
 MODEL_VERSION_MAJOR = 1
@@ -141,44 +147,6 @@ def _fold(row: ds.Row, folds: int) -> int:
     return int(ds.text_key(row.text)[8:16], 16) % folds
 
 
-def _choose_thresholds(y_true: list[str], p: np.ndarray, tc: TrainConfig) -> tuple[float, float]:
-    """(decision threshold on P(complex), recommended minimum confidence for a simple label).
-
-    Recall is counted per row, unweighted. (Weighting it like training, kiosk rows 12x, was tried: the
-    few hand-written complex rows that are hard out-of-fold then dominate and drive the threshold to 0.03.)
-    """
-    t = np.asarray([label == "complex" for label in y_true])
-    if not t.any():
-        return 0.5, 0.5
-
-    def recall(cloud: np.ndarray) -> float:
-        return float(cloud[t].mean())
-
-    # Largest threshold (<= 0.5: never trade recall for precision) keeping complex recall at target.
-    tau = 0.02
-    for cand in np.round(np.arange(0.5, 0.019, -0.01), 2):
-        if recall(p >= cand) >= tc.target_complex_recall:
-            tau = float(cand)
-            break
-    shifted = _shift(p, tau)
-    conf = 0.99
-    for cand in np.round(np.arange(0.5, 1.0, 0.01), 2):
-        if recall((shifted >= 0.5) | ((1.0 - shifted) < cand)) >= tc.target_routing_recall:
-            conf = float(cand)
-            break
-    return tau, conf
-
-
-def _shift(p: np.ndarray, tau: float) -> np.ndarray:
-    """Probabilities after moving the decision point from ``tau`` to 0.5 (what the baked bias does)."""
-    z = np.log(np.clip(p, 1e-12, 1 - 1e-12) / np.clip(1 - p, 1e-12, 1))
-    return 1.0 / (1.0 + np.exp(-(z - _logit(tau))))
-
-
-def _logit(p: float) -> float:
-    return math.log(p / (1.0 - p))
-
-
 # ---------------------------------------------------------------------------------------------- export
 def export_onnx(weights: np.ndarray, bias: float, path: Path, version: str) -> None:
     """Write the sparse-input logistic regression as an ONNX graph (opset 17, IR 8 for older runtimes)."""
@@ -251,72 +219,6 @@ def _source_holdout(rows: list[ds.Row], train_idx: np.ndarray, design: _Design, 
 def _write_card(card: dict, out: Path) -> None:
     text = json.dumps(card, ensure_ascii=False, indent=2, sort_keys=True) + "\n"
     (out / CARD_FILE).write_text(text, encoding="utf-8")
-
-
-@dataclass(frozen=True)
-class Thresholds:
-    """Where the model's two cuts sit, and why.
-
-    ``decision_p_complex`` is the cut on the raw P(complex) baked into the ONNX bias (so the label is the
-    argmax); ``simple_min_confidence`` is the confidence a ``simple`` label needs to stay on the device,
-    the number the router uses. Together they are one cut on P(complex): the largest that keeps complex
-    recall at ``target`` on the threshold split, which sends the fewest simple requests to the cloud
-    that the constraint allows.
-    """
-
-    decision_p_complex: float
-    simple_min_confidence: float
-    routing_cut_p_complex: float
-    chosen_on: str
-
-
-def _largest_cut(t: np.ndarray, p: np.ndarray, target: float) -> float:
-    """Largest cut on P(complex) with recall of the complex rows at ``target`` or above."""
-    pc = np.sort(p[t])
-    if pc.size == 0:
-        return 0.5
-    allowed = math.floor(pc.size * (1.0 - target) + 1e-9)  # complex rows that may stay on the edge
-    return float(math.floor(pc[allowed] * 1e4) / 1e4)  # rounded down: that row itself still goes
-
-
-def _thresholds_on_split(y_true: Sequence[str], p: np.ndarray, tc: TrainConfig, name: str) -> Thresholds:
-    """The cuts chosen on a labelled split that no fit has seen (see ``Thresholds``)."""
-    t = np.asarray([label == "complex" for label in y_true])
-    cut = min(_largest_cut(t, p, max(tc.split_recall, tc.target_routing_recall)), 0.5)
-    # The label's own cut: the most accurate one on the split, never more lenient than the routing cut.
-    grid = np.round(np.arange(0.05, 0.951, 0.01), 2)
-    accuracy = [float(((p >= g) == t).mean()) for g in grid]
-    tau = float(grid[int(np.argmax(accuracy))])
-    tau = max(tau, cut)
-    conf = 1.0 - float(_shift(np.asarray([cut]), tau)[0]) if cut < tau else 0.5
-    conf = math.floor(conf * 1e4) / 1e4  # rounded down: the edge keeps nothing the cut sends away
-    return Thresholds(tau, max(conf, 0.5), cut, name)
-
-
-def _thresholds_out_of_fold(y_true: Sequence[str], p: np.ndarray, tc: TrainConfig) -> Thresholds:
-    tau, conf = _choose_thresholds(list(y_true), p, tc)
-    cut = 1.0 / (1.0 + math.exp(-(_logit(tau) + _logit(1.0 - conf)))) if conf > 0.5 else tau
-    return Thresholds(tau, conf, round(cut, 4), f"{tc.folds}-fold out-of-fold predictions")
-
-
-def _routing(y_true: Sequence[str], p_shifted: np.ndarray, conf: float) -> dict:
-    """Routing figures on a split: accuracy of edge/cloud against simple/complex and both error rates."""
-    t = np.asarray([label == "complex" for label in y_true])
-    cloud = (p_shifted >= 0.5) | ((1.0 - p_shifted) < conf)
-    return {
-        "n": int(t.size),
-        "accuracy": round(float((cloud == t).mean()), 4) if t.size else None,
-        "complex_to_cloud": round(float(cloud[t].mean()), 4) if t.any() else None,
-        "simple_to_cloud": round(float(cloud[~t].mean()), 4) if (~t).any() else None,
-    }
-
-
-def _routing_report(rows: Sequence[ds.Row], p_shifted: np.ndarray, conf: float) -> dict:
-    report = {"all": _routing([r.label for r in rows], p_shifted, conf)}
-    for lang in sorted({r.lang for r in rows}):
-        sel = np.asarray([r.lang == lang for r in rows])
-        report[lang] = _routing([r.label for r, s in zip(rows, sel, strict=True) if s], p_shifted[sel], conf)
-    return report
 
 
 def train_intent(
@@ -393,15 +295,15 @@ def train_intent(
     if held_rows:
         held_x = _matrix([r.text for r in held_rows], fc)
         held_p = 1.0 / (1.0 + np.exp(-(held_x @ weights.astype(np.float64) + bias)))
-        th = _thresholds_on_split([r.label for r in held_rows], held_p, tc,
+        th = thresholds_on_split([r.label for r in held_rows], held_p, tc,
                                   ", ".join(Path(f).name for f in held_files))
     else:
         assert oof is not None
-        th = _thresholds_out_of_fold(train_labels, oof, tc)
+        th = thresholds_out_of_fold(train_labels, oof, tc)
     log(f"routing cut P(complex) >= {th.routing_cut_p_complex} (chosen on {th.chosen_on}): label cut "
         f"{th.decision_p_complex}, simple confidence >= {th.simple_min_confidence}")
 
-    bias -= _logit(th.decision_p_complex)
+    bias -= logit(th.decision_p_complex)
     data_digest = ds.digest(train)
     version = f"{MODEL_VERSION_MAJOR}.{fc.version}.{data_digest[:12]}"
 
@@ -459,14 +361,14 @@ def train_intent(
 
     metrics: dict = {}
     if oof is not None:
-        oof_shifted = _shift(oof, th.decision_p_complex)
+        oof_shifted = shift(oof, th.decision_p_complex)
         metrics["out_of_fold"] = summarize(train_labels, ["complex" if p >= 0.5 else "simple" for p in oof_shifted])
         metrics["out_of_fold_routing"] = routing_recall(train_labels, oof_shifted, th.simple_min_confidence)
     if held_rows:
-        shifted = _shift(held_p, th.decision_p_complex)
+        shifted = shift(held_p, th.decision_p_complex)
         metrics["threshold_split"] = {
             "files": [Path(f).name for f in held_files],
-            "routing": _routing_report(held_rows, shifted, th.simple_min_confidence),
+            "routing": routing_report(held_rows, shifted, th.simple_min_confidence),
         }
         log(f"threshold split: {metrics['threshold_split']['routing']['all']}")
     if dev:

@@ -155,7 +155,7 @@ def test_max_completion_tokens_limits_length(edge_gateway):
 def test_embedded_model_is_the_pinned_file(embedded_model):
     import hashlib
 
-    from edge.local_model import EMBEDDED_MODEL_SHA256
+    from edge.model_loader import EMBEDDED_MODEL_SHA256
 
     digest = hashlib.sha256()
     with embedded_model.open("rb") as fh:

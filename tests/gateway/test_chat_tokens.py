@@ -23,11 +23,12 @@ def vocab(embedded_model: Path) -> Iterator[tuple[Any, Any]]:
     from llama_cpp import Llama
     from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
+    from models.llama_runtime import token_text
+
     llama = Llama(str(embedded_model), vocab_only=True, verbose=False)
-    model = llama._model
     formatter = Jinja2ChatFormatter(template=llama.metadata["tokenizer.chat_template"],
-                                    eos_token=model.token_get_text(llama.token_eos()),
-                                    bos_token=model.token_get_text(llama.token_bos()))
+                                    eos_token=token_text(llama, llama.token_eos()),
+                                    bos_token=token_text(llama, llama.token_bos()))
     yield llama, formatter
     llama.close()
 

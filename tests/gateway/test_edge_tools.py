@@ -163,8 +163,10 @@ def test_every_tool_grammar_parses_in_llama_cpp(gw, fmt, choice):
 
     from edge.tools import tools_grammar
     from edge.types import ChatRequest, Message
+    from models import llama_runtime
 
     grammar = tools_grammar(ChatRequest(messages=[Message("user", "x")], tools=TOOLS, tool_choice=choice), fmt)
-    sampler = lib.llama_sampler_init_grammar(gw.services.edge.model.llama._model.vocab, grammar.encode(), b"root")
+    vocab = llama_runtime.vocab(gw.services.edge.model.llama)
+    sampler = lib.llama_sampler_init_grammar(vocab, grammar.encode(), b"root")
     assert sampler, grammar
     lib.llama_sampler_free(sampler)

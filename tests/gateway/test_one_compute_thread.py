@@ -15,10 +15,10 @@ from pathlib import Path
 import llama_cpp
 import pytest
 
-from edge import llama_lowlevel
 from edge.config import EdgeModelConfig
 from edge.local_model import LocalModel, find_embedded_model
 from edge.types import ChatRequest, Finish, Message
+from models import llama_runtime
 
 pytestmark = pytest.mark.skipif(find_embedded_model() is None, reason="embedded model not installed")
 
@@ -27,7 +27,7 @@ pytestmark = pytest.mark.skipif(find_embedded_model() is None, reason="embedded 
 def test_load_warm_up_generate_and_swap_compute_on_one_thread(parallel: int, monkeypatch: pytest.MonkeyPatch) -> None:
     callers: list[str] = []
     original = llama_cpp.Llama.eval
-    original_decode = llama_lowlevel.Batch.decode
+    original_decode = llama_runtime.Batch.decode
 
     def recording_eval(self, tokens):  # type: ignore[no-untyped-def]
         callers.append(threading.current_thread().name)
@@ -38,7 +38,7 @@ def test_load_warm_up_generate_and_swap_compute_on_one_thread(parallel: int, mon
         return original_decode(self)
 
     monkeypatch.setattr(llama_cpp.Llama, "eval", recording_eval)
-    monkeypatch.setattr(llama_lowlevel.Batch, "decode", recording_decode)
+    monkeypatch.setattr(llama_runtime.Batch, "decode", recording_decode)
 
     async def scenario() -> None:
         edge = LocalModel(EdgeModelConfig(n_ctx=512, parallel=parallel))

@@ -1,4 +1,4 @@
-"""The one-at-a-time edge runner reuses llama.cpp sampler chains (edge/llama_lowlevel.py: ``reuse_samplers``;
+"""The one-at-a-time edge runner reuses llama.cpp sampler chains (models/llama_runtime.py: ``reuse_samplers``;
 the batched runner's pool is tested in test_batching.py).
 
 ``Llama.generate`` builds a new chain per request, and the process grew ~20 MB over the first 40

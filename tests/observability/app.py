@@ -1,6 +1,6 @@
 """A small FastAPI app for the HTTP tests: the observability router plus a traffic endpoint.
 
-The gateway's own app is the lead's; this one only hosts what the observability package serves,
+The gateway's own app is ``edge.app``; this one only hosts what the observability package serves,
 with an endpoint that turns a posted JSON record into a finished request, inside the server's
 event loop exactly as the pipeline would.
 """

@@ -9,7 +9,7 @@ import pytest
 
 from edge.logs import JsonFormatter
 from edge.observability import Observability
-from edge.observability.logs import REQUEST_LOGGER, Redactor
+from edge.observability.logs import REQUEST_LOGGER
 
 from .helpers import API_KEY, T0, make_settings, record
 from .traffic import PROMPT, feed
@@ -71,13 +71,3 @@ def test_keys_are_redacted_wherever_they_appear(tmp_path, caplog: pytest.LogCapt
     text = _text(caplog)
     assert API_KEY not in text and "abcdefghijklmnop" not in text
     assert text.count("[redacted]") == 2
-
-
-def test_redactor_shapes() -> None:
-    r = Redactor(["s3cr3t-value"])
-    assert r("x s3cr3t-value y") == "x [redacted] y"
-    assert r("Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.x") == "Authorization: [redacted]"
-    assert r("use sk-proj-abcdefgh1234") == "use [redacted]"
-    assert r("GET /v1?api_key=abcdef123456&x=1") == "GET /v1?[redacted]&x=1"
-    assert r("nothing to see") == "nothing to see"
-    assert r.clean({"a": ["sk-0123456789ab"]}) == {"a": ["[redacted]"]}

@@ -6,6 +6,7 @@ import pytest
 
 from edge.observability import Observability
 from edge.observability.metrics import reason_label
+from edge.observability.web import dashboard_data
 
 from .helpers import API_KEY, make_settings, metric_values, value
 from .traffic import CACHE_N, CLOUD_COST, CLOUD_OK_N, EDGE_N, SAVED_CACHE, SAVED_EDGE, feed
@@ -126,12 +127,12 @@ def test_state_gauges_updates_and_model(obs: Observability) -> None:
     assert value(v, "edgecloud_update_status_value", field="installed_version") == 7
     assert value(v, "edgecloud_update_status_value", field="last_result_at") == 1767225600.0
     assert "updates.example.invalid" not in str(v)  # the repository URL is not a label
-    d = obs.dashboard_data()["update"]
+    d = dashboard_data(obs)["update"]
     assert (d["state"], d["last_result"], d["installed_version"]) == ("idle", "updated", 7)
 
 
 def test_fleet_update_metrics_share_the_registry(obs: Observability) -> None:
-    """The lead passes ``obs.registry`` to the UpdateAgent: its series then appear on /metrics too."""
+    """edge/assembly.py passes ``obs.registry`` to the UpdateAgent: its series then appear on /metrics too."""
     from models.fleet.agent import UpdateMetrics
 
     fleet = UpdateMetrics(obs.registry)
@@ -158,7 +159,7 @@ def test_broken_state_sources_do_not_break_a_scrape(tmp_path) -> None:
 
 def test_no_key_in_metrics_or_dashboard(obs: Observability) -> None:
     assert API_KEY not in obs.render_metrics()[0].decode()
-    assert API_KEY not in str(obs.dashboard_data())
+    assert API_KEY not in str(dashboard_data(obs))
 
 
 def test_reason_labels_are_bounded() -> None:

@@ -12,6 +12,7 @@ from edge.config import SlaTarget
 from edge.observability import Observability
 from edge.observability.sla import MinuteRow, evaluate, excluded, parse_window, percentile
 from edge.observability.store import MinuteStore, StoredRow
+from edge.observability.web import dashboard_data
 from edge.report_cli import render_sla, sla_report_data
 
 from .helpers import T0, call, make_settings, record
@@ -94,7 +95,7 @@ def test_known_series_breaches_and_exclusions(tmp_path: Path) -> None:
     assert data["quantiles"]["relative_error"] == 0.01
     # The metrics and the dashboard saw the same two breaches when the minutes were rolled up.
     assert [b.minute for b in obs.monitor.recent_breaches] == [T0 + 60, T0 + 120]
-    assert {tuple(b["kinds"]) for b in obs.dashboard_data()["breaches"]} == {("ttft_p99",), ("availability",)}
+    assert {tuple(b["kinds"]) for b in dashboard_data(obs)["breaches"]} == {("ttft_p99",), ("availability",)}
     text = render_sla(data, "table")
     assert "2026-01-01T00:01:00Z .. 2026-01-01T00:02:00Z  provider acme: ttft_p99" in text
     assert "examples: m2-000 m2-001" in text
@@ -214,7 +215,7 @@ def test_the_last_hour_is_back_on_the_dashboard_after_a_restart(tmp_path: Path) 
     async def run() -> dict:
         await second.start()
         try:
-            return second.dashboard_data()
+            return dashboard_data(second)
         finally:
             await second.aclose()
 

@@ -12,6 +12,7 @@ import pytest
 
 from edge.observability import Observability
 from edge.observability.device import DeviceSampler, parse_tegrastats
+from edge.observability.web import dashboard_data
 
 from .helpers import make_settings, metric_values, value
 
@@ -130,7 +131,7 @@ def test_sampler_follows_fake_tegrastats_on_path(tmp_path: Path, monkeypatch: py
     assert value(values, "edgecloud_device_power_watts", rail="VDD_IN") == pytest.approx(16.321)
     assert value(values, "edgecloud_device_input_power_watts") == pytest.approx(16.321)
     assert value(values, "edgecloud_device_memory_total_bytes") > 0
-    assert obs.dashboard_data()["device"]["tegra"]["temperatures_c"]["tj"] == 58.312
+    assert dashboard_data(obs)["device"]["tegra"]["temperatures_c"]["tj"] == 58.312
 
 
 def test_no_tegrastats_means_psutil_only(tmp_path: Path) -> None:
@@ -224,7 +225,7 @@ def test_junction_temperature_and_throttling_on_metrics(tmp_path: Path, monkeypa
     assert value(calm, "edgecloud_device_throttled") == 0.0
     assert value(cut, "edgecloud_device_overcurrent_events_total") == 6.0
     assert value(cut, "edgecloud_device_throttled") == 1.0
-    assert obs.dashboard_data()["device"]["throttled"] is True
+    assert dashboard_data(obs)["device"]["throttled"] is True
 
 
 def test_at_the_junction_trip_point_the_device_counts_as_throttled(tmp_path: Path) -> None:

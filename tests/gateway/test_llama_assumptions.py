@@ -1,4 +1,4 @@
-"""Each assumption edge/llama_lowlevel.py lists (A1-A9) about llama-cpp-python, checked on the real model.
+"""Each assumption models/llama_runtime.py lists (A1-A11) about llama-cpp-python, checked on the real model.
 
 These fail by name when an upgrade of llama-cpp-python changes what the batched runner relies on.
 """
@@ -11,8 +11,8 @@ import llama_cpp
 import pytest
 from llama_cpp import llama_cpp as cpp
 
-from edge import llama_lowlevel as ll
-from edge.local_model import find_embedded_model
+from edge.model_loader import find_embedded_model
+from models import llama_runtime as ll
 from models.llama_runtime import open_llama
 
 pytestmark = pytest.mark.skipif(find_embedded_model() is None, reason="embedded model not installed")
@@ -22,8 +22,7 @@ PROMPT = "The information desk is next to the main entrance of the mall"
 
 @pytest.fixture(scope="module")
 def llama() -> llama_cpp.Llama:
-    with ll.context_params(3):
-        model = open_llama(find_embedded_model(), n_ctx=3 * 256, n_threads=2, n_batch=128, verbose=False)
+    model = open_llama(find_embedded_model(), sequences=3, n_ctx=3 * 256, n_threads=2, n_batch=128, verbose=False)
     yield model
     model.close()
 
@@ -140,3 +139,16 @@ def test_a8_a9_what_the_one_at_a_time_runner_uses() -> None:
         assert len(built) == 1
     finally:
         model.close()
+
+
+def test_a10_model_params_reach_the_model(llama: llama_cpp.Llama) -> None:
+    assert "llama_model_default_params()" in inspect.getsource(llama_cpp.Llama.__init__)
+    assert "use_extra_bufts" in {name for name, _ in cpp.llama_model_params._fields_}
+    assert llama.model_params.use_extra_bufts is ll.use_extra_buffer_types("auto")
+    # The library's own function is back after the constructor call.
+    assert cpp.llama_model_default_params.__name__ == "llama_model_default_params" and ll.lib() is cpp
+
+
+def test_a11_ggml_type_values() -> None:
+    for name, value in ll.GGML_TYPES.items():
+        assert getattr(cpp, f"GGML_TYPE_{name.upper()}") == value == ll.ggml_type(name)
