@@ -123,7 +123,7 @@ def summarize(waves: list[dict[str, Any]]) -> dict[str, float | None]:
     return {
         "total_tps_p50": statistics.median(w["total_tps"] for w in waves),
         "ttft_ms_p50": statistics.median(ttfts) if ttfts else None,
-        "ttft_ms_p99": percentile(ttfts, 0.99) if ttfts else None,
+        "ttft_ms_p99": percentile(ttfts, 99) if ttfts else None,
         "ttft_ms_max": max(ttfts) if ttfts else None,
         "decode_tps_p50": statistics.median(rates) if rates else None,
         "waves": len(waves),

@@ -10,7 +10,10 @@ Labels: a dataset row labelled ``cloud`` (or ``complex``) is ``complex``, ``edge
 history). The one judgement call: the *opening* turn of a task dialogue (``sgd``, ``crosswoz``) is a
 single-turn request such as "I need help finding a rental car.", which the dataset labels ``cloud``
 only because the conversation goes on (see the dataset README's caveats). It is labelled ``simple``
-here; ``dataset_label`` keeps the raw label so the report can give the strict count too.
+here, and so is the opener of a conversation from the intent sets (``models/intent/data``: labelled
+``complex`` because it is multi-turn; every opener of the held-out set is a venue question such as
+"Where's the food court?"); ``dataset_label`` keeps the raw label so the report can give the strict
+count too.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DATASET_DIR = REPO_ROOT / "bench" / "data" / "routing"
 DEFAULT_FAQ_PACK = REPO_ROOT / "edge" / "cache" / "sample_faq.json"
 DIALOGUE_SOURCES = frozenset({"sgd", "crosswoz"})
+INTENT_LABELS = frozenset({"simple", "complex"})  # models/intent/data's labels (the routing data's: edge/cloud)
 
 
 @dataclass(frozen=True)
@@ -160,7 +164,11 @@ def build_traffic(config: TrafficConfig, pools: Pools | None = None) -> list[Ses
             source = row.get("source", "?")
             for n, text in enumerate(users[: config.max_turns]):
                 opener = n == 0
-                label = "simple" if opener and source in DIALOGUE_SOURCES else "complex"
+                # Task dialogues and the intent sets' conversations (labelled simple/complex, complex
+                # because multi-turn) open with a single kiosk question; other sources' openers are
+                # counted as complex, as the row says.
+                label = "simple" if opener and (source in DIALOGUE_SOURCES or row.get("label") in INTENT_LABELS) \
+                    else "complex"
                 turns.append(Turn(text=text, label=label, dataset_label="complex",
                                   kind="opener" if opener else "followup", lang=lang, source=source,
                                   think_s=_think(rng, config.think_mean_s), followup=not opener))

@@ -25,3 +25,12 @@ def test_a_steady_lead_shows_as_an_interval_above_one() -> None:
 
 def test_no_pairs_at_all() -> None:
     assert paired_ratio([None], [1.0]) == {"median": None, "ci95": [None, None], "n": 0}
+
+
+def test_concurrency_summary_quantiles_are_ordered() -> None:
+    """P99 of the waves' TTFTs is at least their median (the percentile helper takes 0..100)."""
+    from bench.edge_concurrency import summarize
+
+    streams = [{"ttft_ms": float(v), "decode_tps": 50.0, "tokens": 8.0, "end": 1.0} for v in range(1, 101)]
+    out = summarize([{"total_tps": 80.0, "streams": streams}])
+    assert out["ttft_ms_p50"] == 50.5 and out["ttft_ms_p99"] > 99.0 and out["errors"] == 0

@@ -303,3 +303,17 @@ def test_intent_sets_labels_count_as_the_routing_datas(tmp_path: Path) -> None:
     pools = load_pools(TrafficConfig(dataset_dirs=(tmp_path,)))
     assert sorted(r["text"] for r in pools.simple["en"]) == ["Where is the pharmacy?", "Which floor is the cinema on?"]
     assert [r["text"] for r in pools.complex["en"]] == ["Prove that sqrt(2) is irrational."]
+
+
+def test_an_intent_set_conversation_opens_with_a_simple_turn(tmp_path: Path) -> None:
+    import json
+
+    row = {"messages": [{"role": "user", "content": "Where's the food court?"},
+                        {"role": "assistant", "content": "Level 3."},
+                        {"role": "user", "content": "Anything halal there?"}],
+           "lang": "en", "label": "complex", "source": "heldout_v1"}
+    (tmp_path / "conv.jsonl").write_text(json.dumps(row) + "\n", encoding="utf-8")
+    config = TrafficConfig(dataset_dirs=(tmp_path,), sessions=5, multi_turn_share=1.0, zh_share=0.0)
+    turns = [t for s in build_traffic(config) for t in s.turns]
+    assert [(t.kind, t.label) for t in turns[:2]] == [("opener", "simple"), ("followup", "complex")]
+    assert all(t.dataset_label == "complex" for t in turns)
