@@ -72,13 +72,19 @@ def prepare(req: ChatRequest, edge_tools: str) -> None:
         req.extra["tool_format"] = edge_tools
 
 
+def offered_tools(req: ChatRequest) -> list[dict[str, Any]] | None:
+    """The tools the chat template renders for ``req`` (None: none): only those of a request the
+    device may answer with its tool-call format (``prepare`` marked it)."""
+    return req.tools if "tool_format" in req.extra else None
+
+
 def request_constraints(llama: Any, req: ChatRequest) -> tuple[list[dict[str, Any]] | None, Any]:
     """What the model runner needs for ``req``: the tools to render into the chat template (None:
     no tools) and a ``LlamaGrammar`` for its sampler chain (None: free text).
 
     The grammar is parsed once here first: llama.cpp answers an unparsable grammar with a NULL
     sampler, which must never reach the chain. Runs on the generation thread."""
-    tools = req.tools if "tool_format" in req.extra else None
+    tools = offered_tools(req)
     if req.grammar is None:
         return tools, None
     from llama_cpp.llama_grammar import LlamaGrammar

@@ -41,6 +41,7 @@ from typing import Any
 from .batch_runner import BatchEngine, SeqJob, Stats
 from .compute_thread import ComputeThread
 from .config import EdgeModelConfig
+from .constrained import offered_tools
 from .decoding import Sampling
 from .disclosure import public_load_error
 from .errors import APIError, overloaded, unavailable
@@ -358,7 +359,9 @@ class LocalModel:
                 retry_after_s=max(1.0, self.expected_wait_s()),
             )
         queued_at = time.perf_counter()
-        tokens = prompt_tokens(model, chat_messages(req))
+        # The offered tools go into the chat template, as on the one-at-a-time runner; the grammar
+        # string into this slot's sampler chain (an unparsable one fails the job with a 400).
+        tokens = prompt_tokens(model, chat_messages(req), offered_tools(req))
         check_context(tokens, model.n_ctx)
         max_tokens = min(req.max_tokens or self.config.default_max_tokens, model.n_ctx - len(tokens))
         sampling = Sampling(req.temperature, req.top_p, req.seed, getattr(req, "grammar", None))
