@@ -211,7 +211,7 @@ def test_other_threads_buffers_survive_a_release_during_their_writes(monkeypatch
     thread.start()
 
     async def scenario() -> int:
-        edge = LocalModel(EdgeModelConfig(n_ctx=2048))
+        edge = LocalModel(EdgeModelConfig(n_ctx=2048, parallel=1))  # one slot: one 34.5 MiB KV cache
         await edge.load()
         assert edge.model is not None, edge.load_error
         released = edge.model.kv_bytes_released

@@ -54,7 +54,9 @@ def gw(tmp_path_factory: pytest.TempPathFactory, embedded_model: Path,
         tmp_path_factory.mktemp("hardening"),
         server={"admin_token": TOKEN, "cors_origins": ["https://kiosk.example"], "allowed_hosts": ["kiosk.local"],
                 "limit_concurrency": 4},
-        edge={"warmup": False, "default_max_tokens": 8, "max_tokens_limit": 64},
+        # One slot: the typed-marker test reads what the model was fed from Llama's own state, which the
+        # one-at-a-time runner keeps (the batched runner builds its prompt with the same tokenize_chat).
+        edge={"warmup": False, "default_max_tokens": 8, "max_tokens_limit": 64, "parallel": 1},
         cache={"enabled": True},
         cloud=cloud_section(hard_cloud.base_url, api_key=CLOUD_KEY, api_key_header="api-key"),
     )
