@@ -131,7 +131,9 @@ def mutating_order(board: FakeJetson) -> list[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("key", JETPACK_BOARDS)
+# One board per JetPack and memory size at either end: the installer's per-board choices are checked
+# on all four by the dry-run tests; a real install costs ~5 s of the suite's time per board.
+@pytest.mark.parametrize("key", ["jp5-8gb", "jp6-16gb"])
 def test_install_then_second_run_changes_nothing(make_board, key: str) -> None:
     board = make_board(key)
     expected = BOARDS[key]
