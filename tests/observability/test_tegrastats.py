@@ -40,6 +40,14 @@ JP4_NANO = (
 )
 
 
+
+async def _first_tegra_line(obs: Observability) -> None:
+    """Wait (up to ~4 s) until the tegrastats reader has parsed its first line."""
+    for _ in range(200):
+        if obs.device.snapshot.tegra is not None:
+            return
+        await asyncio.sleep(0.02)
+
 def test_jetpack6_orin_line() -> None:
     s = parse_tegrastats(JP6_ORIN)
     assert s is not None
@@ -113,10 +121,7 @@ def test_sampler_follows_fake_tegrastats_on_path(tmp_path: Path, monkeypatch: py
     async def run() -> None:
         await obs.start()
         try:
-            for _ in range(200):
-                if obs.device.snapshot.tegra is not None:
-                    break
-                await asyncio.sleep(0.02)
+            await _first_tegra_line(obs)
         finally:
             await obs.aclose()
 
@@ -206,10 +211,7 @@ def test_junction_temperature_and_throttling_on_metrics(tmp_path: Path, monkeypa
     async def run() -> tuple[dict, dict]:
         await obs.start()
         try:
-            for _ in range(200):
-                if obs.device.snapshot.tegra is not None:
-                    break
-                await asyncio.sleep(0.02)
+            await _first_tegra_line(obs)
             await obs.device.sample_once()
             calm = metric_values(obs.render_metrics()[0].decode())
             (sysfs / "class/hwmon/hwmon3/oc1_event_cnt").write_text("5\n")  # the module cut its clocks
