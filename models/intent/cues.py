@@ -154,6 +154,8 @@ def _compile() -> tuple[dict[str, tuple[str, ...]], tuple[tuple[str, str], ...],
 
 
 _WORD_CUES, _PREFIX_CUES, _PHRASES_BY_FIRST, _ZH_CUE_RE = _compile()
+_CUE_WORDS = frozenset(_WORD_CUES)
+_PHRASE_FIRSTS = frozenset(_PHRASES_BY_FIRST)
 _PREFIXES = tuple(prefix for prefix, _ in _PREFIX_CUES)
 
 
@@ -176,16 +178,18 @@ def _phrase_cues(words: list[str]) -> set[str]:
 
 
 def cue_tokens(norm: str) -> list[str]:
-    """The cue tokens of a normalised text (``normalize`` in ``features``): ``cue:<domain>`` and ``number:<n>``."""
+    """The cue tokens of a normalised text (``normalize`` in ``features``): ``cue:<domain>`` and ``number:<n>``.
+
+    Set operations and C-level filters over the words, not one Python loop step per word: that loop cost
+    more than the rest of a long message's shape features.
+    """
     word_list = _EN_WORD_RE.findall(norm)
     found: set[str] = set()
-    for word in word_list:
-        hit = _WORD_CUES.get(word)
-        if hit:
-            found.update(hit)
-        if word.startswith(_PREFIXES):
-            found.update(name for prefix, name in _PREFIX_CUES if word.startswith(prefix))
-    if word_list:
+    for word in _CUE_WORDS.intersection(word_list):
+        found.update(_WORD_CUES[word])
+    for word in [w for w in word_list if w.startswith(_PREFIXES)] if _PREFIXES else ():
+        found.update(name for prefix, name in _PREFIX_CUES if word.startswith(prefix))
+    if not _PHRASE_FIRSTS.isdisjoint(word_list):
         found |= _phrase_cues(word_list)
     if _CJK_RE.search(norm) is not None:
         found.update(m.lastgroup for m in _ZH_CUE_RE.finditer(norm) if m.lastgroup)

@@ -21,6 +21,7 @@ import zlib
 from bisect import bisect_right
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import pairwise
 
 import numpy as np
 
@@ -137,37 +138,52 @@ def _mix(x: np.ndarray) -> np.ndarray:
     return x ^ (x >> _U(31))
 
 
-def _char_ngram_hashes(text: str, orders: tuple[int, ...]) -> list[np.ndarray]:
-    cps = np.frombuffer((" " + text + " ").encode("utf-32-le"), dtype="<u4").astype(np.uint64)
-    size = cps.shape[0]
-    out = []
-    for n in orders:
-        if size < n:
-            continue
-        count = size - n + 1
-        h = cps[:count] ^ _U(_CHAR_SEEDS[n])  # the first round of (seed * prime) ^ c, seed folded in
-        for k in range(1, n):
-            h *= _FNV_PRIME
-            h ^= cps[k : k + count]
-        out.append(h)
-    return out
-
-
 # (seed_n * prime) mod 2**64 for each n-gram order: the first round of the rolling hash, precomputed.
 _CHAR_SEEDS = {n: ((_NS_CHAR * n) & _MASK64) * 0x100000001B3 & _MASK64 for n in range(1, 9)}
 
 
-@lru_cache(maxsize=1 << 16)
-def _token_hash(token: str, ns: int) -> int:
-    """CRC-32 pair of one word. Memoised (a pure function): kiosk text reuses a small vocabulary, and a
-    cache hit costs a fifth of hashing the word again."""
+def _mix_inplace(x: np.ndarray) -> None:
+    """``_mix`` written into ``x`` itself: the same arithmetic, no temporaries kept."""
+    x ^= x >> _U(30)
+    x *= _U(0xBF58476D1CE4E5B9)
+    x ^= x >> _U(27)
+    x *= _U(0x94D049BB133111EB)
+    x ^= x >> _U(31)
+
+
+def _crc_pair(token: str, ns: int) -> int:
+    """CRC-32 pair of one token: the high half seeded with the namespace."""
     data = token.encode("utf-8")
     return (zlib.crc32(data, ns) << 32) | zlib.crc32(data)
 
 
-def _token_hashes(tokens: list[str], namespace: int) -> np.ndarray:
-    ns = namespace & 0xFFFFFFFF
-    return np.fromiter((_token_hash(t, ns) for t in tokens), dtype=np.uint64, count=len(tokens))
+@lru_cache(maxsize=1 << 16)
+def _token_hash(token: str, ns: int) -> int:
+    """``_crc_pair``, memoised (a pure function)."""
+    return _crc_pair(token, ns)
+
+
+class _Memo(dict):
+    """A bounded memo of a pure one-argument function, read with ``map(memo.__getitem__, keys)``.
+
+    Why not ``lru_cache``: a dict's own ``__getitem__`` mapped over a request's words runs in C, with no
+    Python frame per word, which is what a word costs when kiosk text reuses a small vocabulary. When
+    full it is emptied (the vocabulary refills it), so memory stays bounded.
+    """
+
+    def __init__(self, function, limit: int) -> None:
+        super().__init__()
+        self._function = function
+        self._limit = limit
+
+    def __missing__(self, key):
+        if len(self) >= self._limit:
+            self.clear()
+        value = self[key] = self._function(key)
+        return value
+
+
+_WORD_HASHES = _Memo(lambda word: _crc_pair(word, _NS_WORD & 0xFFFFFFFF), 1 << 16)
 
 
 @lru_cache(maxsize=4096)
@@ -178,24 +194,29 @@ def _shape_index(token: str, dim: int) -> int:
     return int(mixed[0] % _U(dim))
 
 
+@lru_cache(maxsize=16)
+def _seed_column(orders: tuple[int, ...]) -> np.ndarray:
+    """The first-round seed of each n-gram order, as a column to broadcast over the code points."""
+    column = np.array([[_CHAR_SEEDS[n]] for n in orders], dtype=np.uint64)
+    column.setflags(write=False)
+    return column
+
+
 def _bucket(value: float, edges: tuple[float, ...]) -> int:
     """The index of the first edge above ``value`` (len(edges) when none is)."""
     return bisect_right(edges, value)
 
 
-def meta_tokens(raw: str, norm: str, n_words: int | None = None) -> list[str]:
+def _shape_tokens(n_chars: int, classes: list[int], lines: int, n_words: int) -> list[str]:
     """Coarse shape features as one-hot bucket tokens (length, lines, digits, maths and code symbols, script).
 
     Buckets rather than raw numbers so a linear model can learn non-monotonic effects (very short requests
-    are not automatically simple: "prove sqrt(2) is irrational" is short).
+    are not automatically simple: "prove sqrt(2) is irrational" is short). ``classes`` counts the
+    normalised text's CJK, Latin, digit, maths and code characters.
     """
-    n = max(len(norm), 1)
-    cps = np.frombuffer(norm.encode("utf-32-le"), dtype="<u4")
-    flags = _CLASS_TABLE[np.minimum(cps, 0xFFFF)]  # astral characters fall on U+FFFF: no class
-    # One histogram of the flag values, then a count per class bit (one numpy pass, not five).
-    cjk, latin, digits, maths, code = (int(c) for c in np.bincount(flags, minlength=32)[:32] @ _BIT_COUNTS)
-    lines = raw.count("\n")
-    words = (len(_WORD_RE.findall(norm)) if n_words is None else n_words) + cjk
+    n = max(n_chars, 1)
+    cjk, latin, digits, maths, code = classes
+    words = n_words + cjk
     toks = [
         f"len:{_bucket(math.log2(n), (3, 4, 5, 6, 7, 8, 9, 10, 11))}",
         f"words:{_bucket(words, (3, 6, 10, 16, 25, 40, 70, 120))}",
@@ -215,33 +236,119 @@ def meta_tokens(raw: str, norm: str, n_words: int | None = None) -> list[str]:
     return toks
 
 
-def _text_block(norm: str, config: FeatureConfig, words: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """Mixed hashes of the char n-grams, words and word bigrams of one normalised text, and their values
-    (sublinear tf, signed, normalised)."""
-    parts = _char_ngram_hashes(norm, config.char_ngrams)
-    if words:
-        wh = _token_hashes(words, _NS_WORD)
-        parts.append(wh)
-        if len(wh) > 1:
-            parts.append((wh[:-1] * _FNV_PRIME) ^ wh[1:] ^ _U(_NS_BIGRAM))
-    # Never empty: the padded text always has unigrams and bigrams, even for "".
-    # np.unique(..., return_counts=True), spelt out: its argument checks cost more than the sort itself.
-    mixed = _mix(np.concatenate(parts))
-    mixed.sort()
-    starts = np.empty(mixed.shape[0] + 1, dtype=bool)
-    starts[0] = starts[-1] = True
-    np.not_equal(mixed[1:], mixed[:-1], out=starts[1:-1])
-    bounds = np.flatnonzero(starts)
-    hashes = mixed[bounds[:-1]]
-    vals = 1.0 + np.log(np.diff(bounds).astype(np.float64))
-    vals /= np.dot(vals, vals) ** config.norm_power
-    vals[hashes >= _SIGN_BIT] *= -1.0
-    return hashes, vals
+def meta_tokens(raw: str, norm: str, n_words: int | None = None) -> list[str]:
+    """The shape tokens of one text (``_shape_tokens``); ``featurize`` counts its views in one pass instead."""
+    flags = _CLASS_TABLE[np.minimum(np.frombuffer(norm.encode("utf-32-le"), dtype="<u4"), 0xFFFF)]
+    classes = (np.bincount(flags, minlength=32)[:32] @ _BIT_COUNTS).tolist()
+    words = len(_WORD_RE.findall(norm)) if n_words is None else n_words
+    return _shape_tokens(len(norm), classes, raw.count("\n"), words)
 
 
-def _meta_block(tokens: list[str], config: FeatureConfig) -> tuple[np.ndarray, np.ndarray]:
-    idx = np.fromiter((_shape_index(t, config.dim) for t in tokens), dtype=np.int64, count=len(tokens))
-    return idx, np.full(len(tokens), config.meta_weight, dtype=np.float64)
+@dataclass(frozen=True)
+class _Views:
+    """The text features of the views of one request (the whole message, the final ask), computed together.
+
+    ``hashes[bounds[i]:bounds[i + 1]]`` are view i's distinct mixed hashes in ascending order and
+    ``values[...]`` the same slice's signed, normalised sublinear tf; ``classes[i]`` counts view i's CJK,
+    Latin, digit, maths and code characters.
+    """
+
+    hashes: np.ndarray
+    values: np.ndarray
+    bounds: list[int]
+    classes: list[list[int]]
+
+
+def _views(norms: list[str], words: list[list[str]], config: FeatureConfig) -> _Views:
+    """The char n-grams, words and word bigrams of every view, hashed, counted and normalised in one pass.
+
+    Each view on its own gets what it always got (``tests/intent/reference_features.py`` is the
+    specification): the rolling hash of each n-gram order over ``" " + norm + " "``, the CRC pair of each
+    word and a hash of each pair of words, all mixed; then the distinct hashes with 1 + log(count), divided
+    by (sum of squares) ** norm_power and signed by the hash's top bit. Why one pass: for a kiosk request
+    the arrays hold a few hundred numbers and numpy costs per call, not per number. Here the views share
+    every call: all n-gram orders are rows of one 2-D array, all views are segments of one buffer, and the
+    character classes of the shape tokens come from the same code points.
+    """
+    orders = sorted(set(config.char_ngrams))
+    top = orders[-1]
+    padded = [f" {norm} " for norm in norms]
+    starts = [0]
+    for text in padded:
+        starts.append(starts[-1] + len(text))
+    total = starts[-1]
+    # Every padded view end to end, then top - 1 NULs so that each shifted slice below has ``total``
+    # numbers; the windows that run past a view's end are computed and never read.
+    cps32 = np.frombuffer(("".join(padded) + "\0" * (top - 1)).encode("utf-32-le"), dtype="<u4")
+    cps = cps32.astype(np.uint64)
+    grams = cps[None, :total] ^ _seed_column(tuple(orders))
+    for k in range(1, top):
+        first = bisect_right(orders, k)  # the orders above k take one more round of the rolling hash
+        grams[first:] *= _FNV_PRIME
+        grams[first:] ^= cps[k : k + total]
+    row = {n: i for i, n in enumerate(orders)}
+
+    flat = [word for view_words in words for word in view_words]
+    word_hashes = np.fromiter(map(_WORD_HASHES.__getitem__, flat), dtype=np.uint64, count=len(flat))
+    pairs = (word_hashes[:-1] * _FNV_PRIME) ^ word_hashes[1:] ^ _U(_NS_BIGRAM)
+
+    parts: list[np.ndarray] = []
+    seg = [0]
+    w0 = 0
+    for v, view_words in enumerate(words):
+        lo, size = starts[v], starts[v + 1] - starts[v]
+        length = 0
+        for n in config.char_ngrams:
+            if size >= n:
+                parts.append(grams[row[n], lo : lo + size - n + 1])
+                length += size - n + 1
+        nw = len(view_words)
+        if nw:
+            parts.append(word_hashes[w0 : w0 + nw])
+            if nw > 1:
+                parts.append(pairs[w0 : w0 + nw - 1])  # never the pair across two views
+            length += 2 * nw - 1
+        w0 += nw
+        seg.append(seg[-1] + length)
+
+    mixed = np.concatenate(parts)
+    _mix_inplace(mixed)
+    for a, b in pairwise(seg):
+        mixed[a:b].sort()
+    # np.unique(..., return_counts=True) per view, spelt out: a run starts where the hash changes and
+    # at every view's first number, so equal hashes of two views are never counted together.
+    count = seg[-1]
+    first_of_run = np.empty(count + 1, dtype=bool)
+    np.not_equal(mixed[1:], mixed[:-1], out=first_of_run[1:count])
+    first_of_run[seg] = True
+    runs = np.flatnonzero(first_of_run)
+    hashes = mixed[runs[:-1]]
+    values = np.log(runs[1:] - runs[:-1])
+    values += 1.0
+    bounds = np.searchsorted(runs, seg).tolist()
+    for a, b in pairwise(bounds):
+        view = values[a:b]
+        view /= np.dot(view, view) ** config.norm_power
+    np.negative(values, out=values, where=hashes >= _SIGN_BIT)
+
+    # Character classes per view: one gather, and one histogram with view i's flags moved up by 32 * i.
+    flags = _CLASS_TABLE[np.minimum(cps32, 0xFFFF)]  # astral characters fall on U+FFFF: no class
+    for lo in starts[1:-1]:
+        flags[lo:] += 32
+    nv = len(norms)
+    hist = np.bincount(flags, minlength=32 * nv)[: 32 * nv].reshape(nv, 32)
+    return _Views(hashes, values, bounds, (hist @ _BIT_COUNTS).tolist())
+
+
+def _twice(views: _Views) -> _Views:
+    """One view as two: the ask that is the whole message gets a copy, not a second computation."""
+    u = views.bounds[1]
+    return _Views(np.concatenate([views.hashes, views.hashes]), np.concatenate([views.values, views.values]),
+                  [0, u, 2 * u], views.classes * 2)
+
+
+def _shape_indices(tokens: list[str], dim: int) -> list[int]:
+    return [_shape_index(token, dim) for token in tokens]
 
 
 def featurize(text: str, config: FeatureConfig) -> tuple[np.ndarray, np.ndarray]:
@@ -251,7 +358,8 @@ def featurize(text: str, config: FeatureConfig) -> tuple[np.ndarray, np.ndarray]
     scipy sums duplicates). Text features are sublinear-tf, signed, L2-normalised; shape tokens are added
     with a fixed weight outside that normalisation so that long texts do not drown them. From version 3
     the final ask gets a block of its own (text features and shape tokens), so a short easy question at
-    the end of a long friendly message is seen as what it is.
+    the end of a long friendly message is seen as what it is. The order of the output is fixed: the
+    whole message's text features, the ask's, the cue tokens, the shape tokens.
     """
     if len(text) > config.max_chars:
         # Long pastes: only the head and tail are read at all. Normalising and scanning the whole of a
@@ -261,30 +369,49 @@ def featurize(text: str, config: FeatureConfig) -> tuple[np.ndarray, np.ndarray]
         text = text[:half] + "\n" + text[-half:]
     norm = normalize(text)
     words = _WORD_RE.findall(norm)
-    text_hash, text_val = _text_block(norm, config, words)
-    meta = meta_tokens(text, norm, len(words))
     if config.version < 3:
-        shape_idx, shape_val = _meta_block(meta, config)
-        return (np.concatenate([_index(text_hash, config.dim), shape_idx]),
-                np.concatenate([text_val, shape_val]).astype(np.float32))
+        views = _views([norm], [words], config)
+        shape = _shape_tokens(len(norm), views.classes[0], text.count("\n"), len(words))
+        return _assemble(views, (1.0,), _shape_indices(shape, config.dim), [], config)
     ask = final_ask(text)
-    if ask == text.strip():  # one short ask: the same features again, in the ask's part of the space
-        ask_norm, ask_hash, ask_val, ask_meta = norm, text_hash, text_val, meta
+    same = ask == text.strip()  # one short ask: the same features again, in the ask's part of the space
+    if same:
+        ask_norm, ask_words = norm, words
+        views = _twice(_views([norm], [words], config))
     else:
         ask_norm = normalize(ask)
         ask_words = _WORD_RE.findall(ask_norm)
-        ask_hash, ask_val = _text_block(ask_norm, config, ask_words)
-        ask_meta = meta_tokens(ask, ask_norm, len(ask_words))
+        views = _views([norm, ask_norm], [words, ask_words], config)
+    shape = _shape_tokens(len(norm), views.classes[0], text.count("\n"), len(words))
+    ask_shape = shape if same else _shape_tokens(len(ask_norm), views.classes[1], ask.count("\n"), len(ask_words))
     share = len(ask_norm) / max(len(norm), 1)
-    meta = [*meta, *("ask:" + tok for tok in ask_meta), f"ask_share:{_bucket(share, (0.2, 0.4, 0.7, 0.95))}"]
+    shape = [*shape, *("ask:" + tok for tok in ask_shape), f"ask_share:{_bucket(share, (0.2, 0.4, 0.7, 0.95))}"]
     cues = cue_tokens(norm)
-    cues += ["ask:" + tok for tok in (cues if ask_norm is norm else cue_tokens(ask_norm))]
-    # One pass over the cue and shape tokens (cues first), weighted apart.
-    shape_idx, shape_val = _meta_block(cues + meta, config)
-    shape_val[: len(cues)] = config.cue_weight
-    text_idx = _index(np.concatenate([text_hash, _mix(ask_hash ^ _U(_NS_ASK))]), config.dim)
-    return (np.concatenate([text_idx, shape_idx]),
-            np.concatenate([text_val * config.whole_weight, ask_val * config.ask_weight, shape_val]).astype(np.float32))
+    cues += ["ask:" + tok for tok in (cues if same else cue_tokens(ask_norm))]
+    # The ask's hashes move to their own part of the space (after their signs were taken).
+    ask_hashes = views.hashes[views.bounds[1] : views.bounds[2]]
+    ask_hashes ^= _U(_NS_ASK)
+    _mix_inplace(ask_hashes)
+    return _assemble(views, (config.whole_weight, config.ask_weight), _shape_indices(shape, config.dim),
+                     _shape_indices(cues, config.dim), config)
+
+
+def _assemble(views: _Views, weights: tuple[float, ...], shape: list[int], cues: list[int],
+              config: FeatureConfig) -> tuple[np.ndarray, np.ndarray]:
+    """The output arrays: text features (each view times its weight), then cue and shape tokens."""
+    values = views.values
+    for weight, (a, b) in zip(weights, pairwise(views.bounds), strict=True):
+        if weight != 1.0:
+            values[a:b] *= weight
+    n_text, n_cues = len(values), len(cues)
+    indices = np.empty(n_text + n_cues + len(shape), dtype=np.int64)
+    indices[:n_text] = _index(views.hashes, config.dim)
+    indices[n_text:] = cues + shape
+    out = np.empty(len(indices), dtype=np.float32)
+    out[:n_text] = values
+    out[n_text : n_text + n_cues] = config.cue_weight
+    out[n_text + n_cues :] = config.meta_weight
+    return indices, out
 
 
 def _index(hashes: np.ndarray, dim: int) -> np.ndarray:

@@ -1,0 +1,77 @@
+"""The one-pass feature code returns exactly what the specification returns.
+
+``reference_features`` (with ``reference_cues``) is the feature function the shipped model was trained
+on, written one view and one n-gram order at a time. ``models.intent.features.featurize`` computes the
+same features in fewer numpy calls; any difference (an index, a value's last bit, the order) would
+move the shipped model's probabilities, so the comparison is exact: on the texts shipped in the
+repository (a third of them per run) and on edge cases, for the shipped configuration, the version-2
+layout and an odd one.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from models.intent.cues import cue_tokens
+from models.intent.features import FeatureConfig, featurize, meta_tokens, normalize
+from tests.intent import reference_cues, reference_features
+
+ROOT = Path(__file__).resolve().parents[2]
+EDGE_CASES = [
+    "", " ", "a", "\n", "??", "hello\n", "  spaced  out  ", "你", "𝒳 astral 😀 characters", "x" * 700,
+    "ab\n" * 300, "Thanks! Where is gate B12? Thank you so much.", "请问洗手间在哪里？谢谢", "a.b.c... ok",
+    "um so like where's the uh taxi stand", "1,000 yen is how many dollars", "def f(x): return x ** 2",
+]
+
+
+def _shipped_texts() -> list[str]:
+    texts: list[str] = []
+    paths = sorted((ROOT / "models" / "intent" / "data").rglob("*.jsonl"))
+    paths += sorted((ROOT / "bench" / "data" / "routing").glob("*.jsonl"))
+    for path in paths:
+        with path.open(encoding="utf-8") as fh:
+            for line in fh:
+                if not line.strip():
+                    continue
+                row = json.loads(line)
+                if "text" in row:
+                    texts.append(row["text"])
+                texts += [m["content"] for m in row.get("messages") or () if isinstance(m.get("content"), str)]
+    return texts + EDGE_CASES
+
+
+TEXTS = _shipped_texts()
+CONFIGS = {
+    "shipped": FeatureConfig(),
+    "version-2": FeatureConfig(version=2),
+    "odd": FeatureConfig(dim=1000, char_ngrams=(3, 1, 2), norm_power=0.7, whole_weight=0.4, ask_weight=1.5,
+                         cue_weight=0.8),
+}
+
+
+def test_the_texts_are_many() -> None:
+    assert len(TEXTS) > 4000
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_featurize_matches_the_specification(name: str) -> None:
+    config = CONFIGS[name]
+    # Every third shipped text (every text was checked when this code was written), every edge case.
+    texts = (TEXTS[::3] if name == "shipped" else TEXTS[::15]) + EDGE_CASES
+    for text in texts:
+        idx, val = featurize(text, config)
+        ref_idx, ref_val = reference_features.featurize(text, config)
+        assert idx.dtype == ref_idx.dtype and val.dtype == ref_val.dtype
+        assert np.array_equal(idx, ref_idx), text[:80]
+        assert np.array_equal(val, ref_val), text[:80]
+
+
+def test_cues_and_shape_tokens_match_the_specification() -> None:
+    for text in TEXTS[1::4]:
+        norm = normalize(text)
+        assert cue_tokens(norm) == reference_cues.cue_tokens(norm), text[:80]
+        assert meta_tokens(text, norm) == reference_features.meta_tokens(text, norm), text[:80]
