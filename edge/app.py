@@ -307,7 +307,8 @@ def create_app(settings: Settings) -> FastAPI:
     from .limits import BodyFirst, InFlightLimit
 
     app.add_middleware(InFlightLimit, limit=settings.server.limit_concurrency)
-    app.add_middleware(BodyFirst, max_bytes=settings.server.max_body_bytes)  # outside: no slot while a body arrives
+    app.add_middleware(BodyFirst, max_bytes=settings.server.max_body_bytes,  # outside: no slot while a body arrives
+                       timeout_s=settings.server.body_timeout_s)
     if settings.server.cors_origins:
         from fastapi.middleware.cors import CORSMiddleware
 

@@ -49,6 +49,7 @@ class ServerConfig(BaseModel):
     # uvicorn/h11 limits, set deliberately (see SECURITY.md).
     limit_concurrency: int = 256  # requests in flight (the app counts them, not uvicorn's connections)
     header_timeout_s: float = 5.0  # a connection must finish a request's headers within this
+    body_timeout_s: float = Field(default=15.0, gt=0)  # and its body within this after them (else 408)
     backlog: int = 128
     timeout_keep_alive_s: int = 5
     h11_max_incomplete_event_size: int = 64 * 1024

@@ -86,8 +86,9 @@ async def _respond(send: Any, status: int, body: bytes, extra: list[tuple[bytes,
 class BodyFirst:
     """ASGI middleware: receive a request's whole body *before* ``InFlightLimit`` counts it.
 
-    A client that trickles its body in for the 15 s the gateway allows used to hold an in-flight slot
-    all that time, so a few hundred slow senders locked every kiosk out. Bodies now arrive without a
+    A client that trickles its body in for the time the gateway allows (``[server] body_timeout_s``,
+    15 s) used to hold an in-flight slot all that time, so a few hundred slow senders locked every
+    kiosk out. Bodies now arrive without a
     slot and with no count limit; what bounds them is time (``timeout_s``, then 408) and memory:
     every connection may hold ``free_bytes`` (what uvicorn's own flow control buffers anyway), and the
     bytes of arriving bodies beyond that share ``budget_bytes`` (past it: 503, retry). A body larger

@@ -240,11 +240,15 @@ def test_sampler_chains_are_pooled() -> None:
         for _ in range(3):
             await collect(edge.generate(request("Hi!", temperature=0.0, max_tokens=4)))
         assert pool.built == 1
-        await asyncio.gather(*(collect(edge.generate(request("Hi!", temperature=0.0, max_tokens=4)))
+        # Three at once need a chain each while they overlap. How many overlap is the scheduler's call
+        # (on a loaded machine the first may finish before the third is admitted): two or three.
+        await asyncio.gather(*(collect(edge.generate(request("Hi!", temperature=0.0, max_tokens=16)))
                                for _ in range(3)))
-        assert pool.built == 3  # three at once need three chains; later ones reuse them
-        await collect(edge.generate(request("Hi!", temperature=0.0, max_tokens=4)))
-        assert pool.built == 3
+        built = pool.built
+        assert 2 <= built <= 3
+        for _ in range(2):  # later ones reuse them
+            await collect(edge.generate(request("Hi!", temperature=0.0, max_tokens=4)))
+        assert pool.built == built
         await edge.aclose()
 
     asyncio.run(scenario())

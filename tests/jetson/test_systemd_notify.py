@@ -187,6 +187,10 @@ def test_gateway_says_ready_with_readyz_and_pings_only_while_generation_is_alive
         gate.set()
         notify_socket.wait_for("WATCHDOG=1", 30, after=time.monotonic())
 
+    # The last word is the stop: no ping after it. (Waited for: the reader thread may still be behind.)
+    stopped_at = notify_socket.wait_for("STOPPING=1", 10)
+    time.sleep(0.3)
+    assert notify_socket.count("WATCHDOG=1", stopped_at) == 0
     assert notify_socket.messages[-1][1] in ("STOPPING=1", "STATUS=stopping")
 
 

@@ -10,7 +10,16 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from reliability.support import MATRIX_KEY, PROC_SECRETS, RESULTS, SUITE_SECRETS, cloud_section, render_matrix
+from reliability.support import (
+    BODY_TIMEOUT_S,
+    HEADER_TIMEOUT_S,
+    MATRIX_KEY,
+    PROC_SECRETS,
+    RESULTS,
+    SUITE_SECRETS,
+    cloud_section,
+    render_matrix,
+)
 
 from bench.fake_cloud import FakeCloudHandle, run_fake_cloud_in_thread
 
@@ -121,7 +130,8 @@ def proc_gw(tmp_path_factory: pytest.TempPathFactory, proc_fake: FakeCloudHandle
     from bench.soak import gateway_process
 
     config = {
-        "server": {"admin_token": PROC_SECRETS["admin_token"], "max_body_bytes": 1024 * 1024, "api_docs": True},
+        "server": {"admin_token": PROC_SECRETS["admin_token"], "max_body_bytes": 1024 * 1024, "api_docs": True,
+                   "header_timeout_s": HEADER_TIMEOUT_S, "body_timeout_s": BODY_TIMEOUT_S},
         "edge": {"default_max_tokens": 8, "max_tokens_limit": 64, "warmup": False},
         "cache": {"enabled": True},
         "cloud": cloud_section(proc_fake.base_url, api_key=PROC_SECRETS["cloud_key"]),

@@ -27,6 +27,10 @@ PROC_SECRETS = {
     "cloud_key": "sk-test-" + secrets.token_hex(20),
     "prompt_marker": "zebra" + secrets.token_hex(6) + "marker",
 }
+# The child gateway's slow-client deadlines ([server] header_timeout_s, body_timeout_s; defaults 5 s, 15 s),
+# short so that the tests which wait them out take seconds.
+HEADER_TIMEOUT_S = 2.0
+BODY_TIMEOUT_S = 4.0
 # Every secret a test of this suite gives a gateway; the session log audit (conftest) greps for them.
 SUITE_SECRETS: set[str] = set(PROC_SECRETS.values())
 
