@@ -1,0 +1,81 @@
+"""The intent features' time alone: ``models.intent.features.featurize`` against its specification.
+
+The specification is the feature function the shipped model was trained on, kept in
+``tests/intent/reference_features.py`` (a test checks the two agree bit for bit). Both run on the same
+kiosk texts (the single-turn rows of ``models/intent/data``, up to 600 characters, as in
+``bench.route_overhead``), interleaved text by text so that the machine's drift hits both alike; each
+text's time is the best of ``--repeat`` runs. Prints P50/P99 of each and the median per-text ratio,
+writes ``bench/results/intent_features.json``.
+
+    .venv/bin/python -m bench.intent_features [--repeat 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from bench.percentile import percentile
+from bench.route_overhead import KIOSK_DATA, RESULTS, _texts
+
+
+def measure(repeat: int, limit: int | None = None) -> dict:
+    from models.intent.features import FeatureConfig, featurize
+    from tests.intent.reference_features import featurize as specification
+
+    texts = _texts(sorted(KIOSK_DATA.glob("kiosk_*.jsonl")), 600)[:limit]
+    config = FeatureConfig()
+    spec_us: list[float] = []
+    new_us: list[float] = []
+    clock = time.perf_counter
+    for text in texts:
+        best_spec = best_new = float("inf")
+        for _ in range(repeat):
+            start = clock()
+            specification(text, config)
+            best_spec = min(best_spec, clock() - start)
+            start = clock()
+            featurize(text, config)
+            best_new = min(best_new, clock() - start)
+        spec_us.append(best_spec * 1e6)
+        new_us.append(best_new * 1e6)
+
+    def stats(values: list[float]) -> dict:
+        return {"p50_us": percentile(values, 50), "p99_us": percentile(values, 99), "max_us": max(values)}
+
+    return {
+        "texts": len(texts),
+        "repeat": repeat,
+        "specification": stats(spec_us),
+        "featurize": stats(new_us),
+        "median_ratio": statistics.median(n / s for n, s in zip(new_us, spec_us, strict=True)),
+        "p99_ratio": percentile(new_us, 99) / percentile(spec_us, 99),
+        "machine": {"cpus": os.cpu_count()},
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--limit", type=int, default=None, help="only the first N texts (a smoke run)")
+    parser.add_argument("--out", type=Path, default=RESULTS / "intent_features.json")
+    args = parser.parse_args(argv)
+    report = measure(args.repeat, args.limit)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2))
+    print(f"{report['texts']} kiosk texts, best of {report['repeat']} each")
+    for name in ("specification", "featurize"):
+        s = report[name]
+        print(f"  {name:14} p50 {s['p50_us']:7.1f} us   p99 {s['p99_us']:7.1f} us   max {s['max_us']:7.1f} us")
+    print(f"  featurize / specification: median per text {report['median_ratio']:.3f}, P99 {report['p99_ratio']:.3f}")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
