@@ -88,11 +88,11 @@ class BodyFirst:
 
     A client that trickles its body in for the time the gateway allows (``[server] body_timeout_s``,
     15 s) used to hold an in-flight slot all that time, so a few hundred slow senders locked every
-    kiosk out. Bodies now arrive without a
-    slot and with no count limit; what bounds them is time (``timeout_s``, then 408) and memory:
-    every connection may hold ``free_bytes`` (what uvicorn's own flow control buffers anyway), and the
-    bytes of arriving bodies beyond that share ``budget_bytes`` (past it: 503, retry). A body larger
-    than ``max_bytes`` is handed on as it is, and the app answers 413 as it reads.
+    kiosk out. Bodies now arrive without a slot and with no count limit; what bounds them is time
+    (``timeout_s``, then 408) and memory: every connection may hold ``free_bytes`` (what uvicorn's own
+    flow control buffers anyway), and the bytes of arriving bodies beyond that share ``budget_bytes``
+    (past it: 503, retry). A body larger than ``max_bytes`` is handed on as it is, and the app answers
+    413 as it reads.
     """
 
     def __init__(self, app: Any, max_bytes: int, timeout_s: float = 15.0, free_bytes: int = 64 * 1024,

@@ -180,8 +180,8 @@ def _phrase_cues(words: list[str]) -> set[str]:
 def cue_tokens(norm: str) -> list[str]:
     """The cue tokens of a normalised text (``normalize`` in ``features``): ``cue:<domain>`` and ``number:<n>``.
 
-    Set operations and C-level filters over the words, not one Python loop step per word: that loop cost
-    more than the rest of a long message's shape features.
+    A set intersection for the cue words and one filtering pass for the prefixes, not a dictionary lookup
+    and a prefix test per word in a Python loop: that loop cost more than a long message's shape tokens.
     """
     word_list = _EN_WORD_RE.findall(norm)
     found: set[str] = set()

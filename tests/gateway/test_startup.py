@@ -26,3 +26,28 @@ def test_edge_overhead_measures_ttft_and_decode_rate() -> None:
     assert _measure(10.0, 10.05, 10.05, 1)[1] is None  # one token: no rate
     s = summarize([30.0, 10.0, 20.0], [50.0, 70.0])
     assert s["ttft_ms_p50"] == 20.0 and s["ttft_ms_max"] == 30.0 and s["decode_tps_min"] == 50.0
+
+
+def test_every_command_is_registered_by_the_module_the_cli_names() -> None:
+    import argparse
+
+    from edge import cli
+
+    def commands(parser: argparse.ArgumentParser) -> set[str]:
+        (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        return set(sub.choices)
+
+    assert commands(cli.build_parser()) == set(cli.COMMANDS)
+    for command in cli.COMMANDS:
+        assert command in commands(cli.build_parser(command)), command
+
+
+def test_one_command_imports_only_its_own_module() -> None:
+    code = (
+        "import sys, edge.cli; edge.cli.build_parser('route'); "
+        "others = [m for m in edge.cli.COMMAND_MODULES if m != 'edge.route_cli' and m in sys.modules]; "
+        "heavy = [m for m in ('fastapi', 'onnxruntime', 'numpy') if m in sys.modules]; "
+        "print(others, heavy); sys.exit(1 if others or heavy else 0)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -28,7 +28,7 @@ def test_a_late_import_of_an_extra_module_gets_the_same_line(monkeypatch: pytest
         raise ModuleNotFoundError("No module named 'matplotlib'", name="matplotlib.pyplot")
 
     parser = cli.build_parser()
-    monkeypatch.setattr(cli, "build_parser", lambda: parser)
+    monkeypatch.setattr(cli, "build_parser", lambda *_: parser)
     args = parser.parse_args(["report"])
     monkeypatch.setattr(parser, "parse_args", lambda argv=None: argparse.Namespace(**{**vars(args),
                                                                                       "func": needs_matplotlib}))
@@ -42,7 +42,7 @@ def test_an_unrelated_missing_module_is_not_disguised(monkeypatch: pytest.Monkey
 
     parser = cli.build_parser()
     args = parser.parse_args(["report"])
-    monkeypatch.setattr(cli, "build_parser", lambda: parser)
+    monkeypatch.setattr(cli, "build_parser", lambda *_: parser)
     monkeypatch.setattr(parser, "parse_args", lambda argv=None: argparse.Namespace(**{**vars(args), "func": broken}))
     with pytest.raises(ModuleNotFoundError):
         cli.main(["report"])
