@@ -19,6 +19,7 @@ import re
 import unicodedata
 import zlib
 from bisect import bisect_right
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import pairwise
@@ -157,13 +158,7 @@ def _crc_pair(token: str, ns: int) -> int:
     return (zlib.crc32(data, ns) << 32) | zlib.crc32(data)
 
 
-@lru_cache(maxsize=1 << 16)
-def _token_hash(token: str, ns: int) -> int:
-    """``_crc_pair``, memoised (a pure function)."""
-    return _crc_pair(token, ns)
-
-
-class _Memo(dict):
+class _Memo(dict[str, int]):
     """A bounded memo of a pure one-argument function, read with ``map(memo.__getitem__, keys)``.
 
     Why not ``lru_cache``: a dict's own ``__getitem__`` mapped over a request's words runs in C, with no
@@ -171,12 +166,12 @@ class _Memo(dict):
     full it is emptied (the vocabulary refills it), so memory stays bounded.
     """
 
-    def __init__(self, function, limit: int) -> None:
+    def __init__(self, function: Callable[[str], int], limit: int) -> None:
         super().__init__()
         self._function = function
         self._limit = limit
 
-    def __missing__(self, key):
+    def __missing__(self, key: str) -> int:
         if len(self) >= self._limit:
             self.clear()
         value = self[key] = self._function(key)
@@ -190,7 +185,7 @@ _WORD_HASHES = _Memo(lambda word: _crc_pair(word, _NS_WORD & 0xFFFFFFFF), 1 << 1
 def _shape_index(token: str, dim: int) -> int:
     """The feature index of one shape or cue token. These tokens come from a small closed set (bucket
     names), so each is hashed once per process instead of once per request (a memo of a pure function)."""
-    mixed = _mix(np.array([_token_hash(token, _NS_META & 0xFFFFFFFF)], dtype=np.uint64))
+    mixed = _mix(np.array([_crc_pair(token, _NS_META & 0xFFFFFFFF)], dtype=np.uint64))
     return int(mixed[0] % _U(dim))
 
 
