@@ -16,30 +16,30 @@ from __future__ import annotations
 import json
 import os
 import sys
-from pathlib import Path
-from typing import Any
 
-# subprocess, signal and time are imported by the few fakes that use them: the installer calls the
-# fakes ~40 times per run, and each call is a fresh interpreter, so imports are most of its cost.
+# pathlib, subprocess, signal and time are imported by the fakes that use them, and typing not at all:
+# the installer calls the fakes ~40 times per run, each call is a fresh interpreter, and pathlib and
+# typing alone cost as much as the interpreter's start (about 30 ms a call).
+
+State = dict  # the fake board's state, as JSON
 
 LLAMA_LAYERS = 29
 
 
-def _state_path() -> Path:
-    return Path(os.environ["FAKE_STATE"])
+def load_state() -> State:
+    with open(os.environ["FAKE_STATE"], encoding="utf-8") as fh:
+        return json.load(fh)
 
 
-def load_state() -> dict[str, Any]:
-    return json.loads(_state_path().read_text())
+def save_state(state: State) -> None:
+    path = os.environ["FAKE_STATE"]
+    tmp = os.path.splitext(path)[0] + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(json.dumps(state, indent=1, sort_keys=True))
+    os.replace(tmp, path)
 
 
-def save_state(state: dict[str, Any]) -> None:
-    tmp = _state_path().with_suffix(".tmp")
-    tmp.write_text(json.dumps(state, indent=1, sort_keys=True))
-    tmp.replace(_state_path())
-
-
-def log_call(name: str, argv: list[str], **extra: Any) -> None:
+def log_call(name: str, argv: list[str], **extra: object) -> None:
     record = {"cmd": name, "argv": argv, **extra}
     with open(os.environ["FAKE_LOG"], "a", encoding="utf-8") as fh:
         fh.write(json.dumps(record) + "\n")
@@ -49,11 +49,13 @@ def _arg_after(argv: list[str], flag: str) -> str | None:
     return argv[argv.index(flag) + 1] if flag in argv else None
 
 
-def _root() -> Path:
+def _root():  # -> pathlib.Path (imported here: see above)
+    from pathlib import Path
+
     return Path(os.environ["FAKE_ROOT"])
 
 
-def set_power_mode(state: dict[str, Any], mode: int) -> None:
+def set_power_mode(state: State, mode: int) -> None:
     """What a mode change does on an Orin: its cores come online (or go), its clocks apply."""
     state["power_mode"] = mode
     state["clocks"] = f"mode{mode}-dvfs"
@@ -61,7 +63,7 @@ def set_power_mode(state: dict[str, Any], mode: int) -> None:
     (_root() / "proc/cpuinfo").write_text("".join(f"processor\t: {i}\n\n" for i in range(cpus)))
 
 
-def nvpmodel(argv: list[str], state: dict[str, Any]) -> int:
+def nvpmodel(argv: list[str], state: State) -> int:
     """nvpmodel as on JetPack: a mode change that needs a reboot asks first; no YES, no change."""
     if argv[:1] == ["-q"]:
         mode = state["power_mode"]
@@ -84,7 +86,7 @@ def nvpmodel(argv: list[str], state: dict[str, Any]) -> int:
     return 2
 
 
-def systemctl(argv: list[str], state: dict[str, Any]) -> int:
+def systemctl(argv: list[str], state: State) -> int:
     args = [a for a in argv if not a.startswith("--")]
     verb, units = args[0], args[1:]
     enabled, active = set(state["enabled"]), set(state["active"])
@@ -113,7 +115,7 @@ def systemctl(argv: list[str], state: dict[str, Any]) -> int:
     return 0
 
 
-def dpkg_query(argv: list[str], state: dict[str, Any]) -> int:
+def dpkg_query(argv: list[str], state: State) -> int:
     if "--show" in argv and "nvidia-l4t-core" in argv:
         version = state.get("l4t_core_version")
         if not version:
@@ -128,8 +130,10 @@ def dpkg_query(argv: list[str], state: dict[str, Any]) -> int:
     return 0 if all(p in state["packages"] for p in packages) else 1
 
 
-def venv_python(argv: list[str], state: dict[str, Any]) -> int:
+def venv_python(argv: list[str], state: State) -> int:
     """The venv's python: pip and gpu_check.py are faked, health_probe.py runs for real."""
+    from pathlib import Path
+
     if argv[:2] == ["-m", "pip"]:
         return pip(argv[2:], state)
     if argv and argv[0].endswith(".whl/pip"):  # pip run from its own wheel (a venv without pip)
@@ -158,6 +162,8 @@ def venv_python(argv: list[str], state: dict[str, Any]) -> int:
 
 def requirement_lines(argv: list[str]) -> list[str]:
     """The requirement lines of every ``-r FILE`` in a pip command line (continuations joined)."""
+    from pathlib import Path
+
     lines: list[str] = []
     for i, arg in enumerate(argv):
         if arg == "-r" and i + 1 < len(argv):
@@ -166,7 +172,9 @@ def requirement_lines(argv: list[str]) -> list[str]:
     return lines
 
 
-def pip(argv: list[str], state: dict[str, Any]) -> int:
+def pip(argv: list[str], state: State) -> int:
+    from pathlib import Path
+
     installed = set(state["pip"])
     verb, rest = argv[0], argv[1:]
     if verb == "show":
@@ -229,8 +237,10 @@ def pip(argv: list[str], state: dict[str, Any]) -> int:
     return 0
 
 
-def gpu_check(argv: list[str], state: dict[str, Any]) -> int:
+def gpu_check(argv: list[str], state: State) -> int:
     """The CUDA load as gpu_check.py reports it; as the service user it may fall back to the CPU."""
+    from pathlib import Path
+
     llama = state.get("llama")
     if not llama:
         print("ModuleNotFoundError: No module named 'llama_cpp'", file=sys.stderr)
@@ -255,7 +265,7 @@ def gpu_check(argv: list[str], state: dict[str, Any]) -> int:
     return 0
 
 
-def systemd_run(argv: list[str], state: dict[str, Any]) -> int:
+def systemd_run(argv: list[str], state: State) -> int:
     """systemd-run --wait --pipe ... -p User=... -- CMD: runs CMD as that unit would (user recorded)."""
     cut = argv.index("--")
     props = [a.split("=", 1)[1] for a in argv[:cut] if a.startswith("--property=")]
@@ -268,7 +278,9 @@ def systemd_run(argv: list[str], state: dict[str, Any]) -> int:
     return subprocess.run(argv[cut + 1:], env=env, check=False).returncode
 
 
-def venv_edgecloud(argv: list[str], state: dict[str, Any]) -> int:
+def venv_edgecloud(argv: list[str], state: State) -> int:
+    from pathlib import Path
+
     if argv[:2] != ["models", "update"]:
         return 2
     if os.environ.get("FAKE_BUNDLE_CMD") != "1":
@@ -286,7 +298,9 @@ def offline() -> bool:
     return os.environ.get("FAKE_OFFLINE") == "1"
 
 
-def curl(argv: list[str], state: dict[str, Any]) -> int:
+def curl(argv: list[str], state: State) -> int:
+    from pathlib import Path
+
     if offline():
         print("curl: (6) Could not resolve host: huggingface.co", file=sys.stderr)
         return 6
@@ -298,7 +312,7 @@ def curl(argv: list[str], state: dict[str, Any]) -> int:
     return 0
 
 
-def tegrastats(argv: list[str], state: dict[str, Any]) -> int:
+def tegrastats(argv: list[str], state: State) -> int:
     """JetPack 6 tegrastats lines (Orin NX: tj junction sensor, VDD_IN module input power)."""
     import signal
     import time
@@ -317,14 +331,14 @@ def tegrastats(argv: list[str], state: dict[str, Any]) -> int:
     return 0
 
 
-def df(argv: list[str], state: dict[str, Any]) -> int:
+def df(argv: list[str], state: State) -> int:
     avail = int(os.environ.get("FAKE_DF_AVAIL_KB", str(200 * 1024 * 1024)))
     print("Filesystem 1024-blocks Used Available Capacity Mounted on")
     print(f"/dev/nvme0n1p1 {avail * 2} {avail} {avail} 50% /")
     return 0
 
 
-def getent(argv: list[str], state: dict[str, Any]) -> int:
+def getent(argv: list[str], state: State) -> int:
     if argv[:1] == ["passwd"] and argv[1] in state["users"]:
         uid = 4242 if argv[1] == "edgecloud" else 0
         print(f"{argv[1]}:x:{uid}:{uid}::/var/lib/{argv[1]}:/usr/sbin/nologin")
@@ -332,17 +346,17 @@ def getent(argv: list[str], state: dict[str, Any]) -> int:
     return 2
 
 
-def useradd(argv: list[str], state: dict[str, Any]) -> int:
+def useradd(argv: list[str], state: State) -> int:
     state["users"] = sorted({*state["users"], argv[-1]})
     return 0
 
 
-def userdel(argv: list[str], state: dict[str, Any]) -> int:
+def userdel(argv: list[str], state: State) -> int:
     state["users"] = [u for u in state["users"] if u != argv[-1]]
     return 0
 
 
-def apt_get(argv: list[str], state: dict[str, Any]) -> int:
+def apt_get(argv: list[str], state: State) -> int:
     if offline():
         print("E: Failed to fetch: Temporary failure resolving 'ports.ubuntu.com'", file=sys.stderr)
         return 100
@@ -352,8 +366,10 @@ def apt_get(argv: list[str], state: dict[str, Any]) -> int:
     return 0
 
 
-def python_system(argv: list[str], state: dict[str, Any]) -> int:
+def python_system(argv: list[str], state: State) -> int:
     """python3.10 -m venv DIR: a venv whose python/edgecloud are fakes too."""
+    from pathlib import Path
+
     if argv[:2] != ["-m", "venv"]:
         return 2
     bindir = Path(argv[-1]) / "bin"
@@ -365,13 +381,17 @@ def python_system(argv: list[str], state: dict[str, Any]) -> int:
     return 0
 
 
-def fallocate(argv: list[str], state: dict[str, Any]) -> int:
+def fallocate(argv: list[str], state: State) -> int:
+    from pathlib import Path
+
     Path(argv[-1]).write_bytes(b"swap")
     return 0
 
 
-def jetson_clocks(argv: list[str], state: dict[str, Any]) -> int:
+def jetson_clocks(argv: list[str], state: State) -> int:
     """--store FILE saves the clocks as they are, --restore FILE puts them back, no args pins them."""
+    from pathlib import Path
+
     store, restore = _arg_after(argv, "--store"), _arg_after(argv, "--restore")
     if store:
         Path(store).write_text(state["clocks"] + "\n")
@@ -382,7 +402,7 @@ def jetson_clocks(argv: list[str], state: dict[str, Any]) -> int:
     return 0
 
 
-def quiet(argv: list[str], state: dict[str, Any]) -> int:
+def quiet(argv: list[str], state: State) -> int:
     return 0
 
 
