@@ -51,6 +51,7 @@ class SamplerPool:
                                key=(sampling,))
 
     def give(self, chain: ll.SamplerChain) -> None:
+        chain.reset()  # an idle chain keeps no candidate array (``SamplerChain.reset``)
         sampling = chain.key[0]
         self._idle.setdefault(sampling, []).append(chain)
         self._idle.move_to_end(sampling)

@@ -263,10 +263,17 @@ def test_wait_estimate_is_the_prefill_behind_the_step_not_the_answers_ahead() ->
         streams = [edge.generate(request(f"Story {i}.", temperature=0.0, max_tokens=200)) for i in range(3)]
         for s in streams:
             await s.__anext__()
-        gate = threading.Event()
-        edge._compute.call(gate.wait, 30)  # no step runs while the figures are read
+        gate, inside = threading.Event(), threading.Event()
+
+        def hold() -> None:  # no step runs while the figures are read
+            inside.set()
+            gate.wait(30)
+
+        edge._compute.call(hold)
         try:
-            await asyncio.sleep(0.05)
+            # Once the compute thread is inside ``hold``, the step that was running has recorded its
+            # timings: none lands after the figures below are set.
+            assert await asyncio.to_thread(inside.wait, 30)
             engine.stats.step_s, engine.stats.prefill_s, engine.stats.out_tokens = 0.01, 0.05, 100
             # Three answering, one slot free: a step plus a prompt reading, as when idle.
             assert edge.expected_ttft_s() == pytest.approx(idle)

@@ -5,7 +5,9 @@ These fail by name when an upgrade of llama-cpp-python changes what the batched 
 
 from __future__ import annotations
 
+import ctypes
 import inspect
+import re
 
 import llama_cpp
 import pytest
@@ -113,6 +115,68 @@ def test_a6_sampler_chains(llama: llama_cpp.Llama) -> None:
         greedy.free()
         seeded.free()
         memory.clear()
+GATE_GRAMMAR = r'root ::= "{\"gate\": \"" [A-Z] [0-9] [0-9]? "\"}"'
+GATE_JSON = re.compile(r'\{"gate": "[A-Z][0-9][0-9]?"\}')
+
+
+def _generate(llama: llama_cpp.Llama, sample, steps: int = 16) -> list[int]:
+    """Greedy steps of one sequence from the test prompt, each token from ``sample(ctx, index)``."""
+    batch, memory = ll.Batch(llama, 128), ll.Memory(llama)
+    memory.clear()
+    prompt = tokens(llama)
+    batch.clear()
+    batch.add_many(prompt, 0, 0, logits_last=True)
+    assert batch.decode() == 0
+    index, pos, out = batch.n - 1, len(prompt), []
+    for _ in range(steps):
+        token = sample(ll.context(llama), index)
+        out.append(token)
+        if cpp.llama_vocab_is_eog(ll.vocab(llama), token):
+            break
+        batch.clear()
+        batch.add(token, pos, 0, True)
+        assert batch.decode() == 0
+        index, pos = 0, pos + 1
+    memory.clear()
+    return out
+
+
+def _text(llama: llama_cpp.Llama, out: list[int]) -> str:
+    return llama.detokenize([t for t in out if not cpp.llama_vocab_is_eog(ll.vocab(llama), t)]).decode()
+
+
+def test_a12_a_lazily_checked_grammar_samples_what_grammar_first_samples(llama: llama_cpp.Llama) -> None:
+    """A12: the token data layout, and the grammar checked after the draw: at temperature 0 the same
+    tokens as a chain that masks the whole vocabulary first (llama-cpp-python's order); sampling at a
+    high temperature, every answer still matches the grammar (the rejected draws were redrawn)."""
+    assert ctypes.sizeof(cpp.llama_token_data) == 12
+    assert [name for name, _ in cpp.llama_token_data._fields_] == ["id", "logit", "p"]
+    assert [name for name, _ in cpp.llama_token_data_array._fields_] == ["data", "size", "selected", "sorted"]
+
+    first = cpp.llama_sampler_chain_init(cpp.llama_sampler_chain_default_params())
+    cpp.llama_sampler_chain_add(first, cpp.llama_sampler_init_grammar(ll.vocab(llama), GATE_GRAMMAR.encode(), b"root"))
+    cpp.llama_sampler_chain_add(first, cpp.llama_sampler_init_greedy())
+    lazy = ll.SamplerChain(llama, temperature=0.0, top_p=1.0, top_k=1, min_p=0.05, seed=None, grammar=GATE_GRAMMAR)
+    try:
+        expected = _generate(llama, lambda ctx, i: int(cpp.llama_sampler_sample(first, ctx, i)))
+        got = _generate(llama, lazy.sample)
+        assert got == expected
+        assert GATE_JSON.fullmatch(_text(llama, got)), _text(llama, got)
+        assert lazy._all is not None  # the model's own first choice was rejected at least once
+    finally:
+        cpp.llama_sampler_free(first)
+        lazy.free()
+
+    hot = ll.SamplerChain(llama, temperature=1.5, top_p=1.0, top_k=0, min_p=0.0, seed=7, grammar=GATE_GRAMMAR)
+    try:
+        for _ in range(3):
+            hot.reset()
+            out = _generate(llama, hot.sample)
+            assert GATE_JSON.fullmatch(_text(llama, out)), _text(llama, out)
+    finally:
+        hot.free()
+
+
 
 
 def test_a8_a9_what_the_one_at_a_time_runner_uses() -> None:
