@@ -294,6 +294,7 @@ class Memory:
 
 # llama.cpp's ``llama_token_data`` (A12): a token id, its logit and its probability.
 _TOKEN_DATA = [("id", "<i4"), ("logit", "<f4"), ("p", "<f4")]
+_REJECTED = float("-inf")  # the logit a grammar gives a token it rejects
 
 
 class SamplerChain:
@@ -304,9 +305,9 @@ class SamplerChain:
 
     A grammar (a JSON schema's or a tool call's) is kept out of the chain and used the way llama.cpp's
     own ``common_sampler_sample`` (llama-server's) uses it. Masking the whole vocabulary at every step
-    costs about 7-9 ms a token for the embedded model's 49k tokens on a 2-core VM
-    (``llama_sampler_apply`` over the full candidate array), a third of a decode step. Instead the chain
-    draws as if there were no grammar, and the grammar checks that one token (microseconds). Only a
+    costs 7-10 ms a token for the embedded model's 49k tokens on a 2-core VM, a third or more of a
+    decode step (``bench/grammar_check.py``). Instead the chain draws as if there were no grammar, and
+    the grammar checks that one token (tens of microseconds). Only a
     token it rejects sends the step back through the grammar over every candidate, then through the
     chain again. At temperature 0 the token is the same either way: the most likely token, when the
     grammar allows it, is also the most likely allowed one. When sampling, the draws differ from
@@ -355,7 +356,7 @@ class SamplerChain:
         one.id, one.logit, one.p = token, 0.0, 0.0
         self._one_array.size, self._one_array.selected = 1, -1
         cpp.llama_sampler_apply(self.grammar, ctypes.byref(self._one_array))
-        if one.logit == float("-inf"):  # rejected: this step again, with the grammar over every token
+        if one.logit == _REJECTED:  # rejected: this step again, with the grammar over every token
             token = self._resample(ctx, index)
         cpp.llama_sampler_accept(self.grammar, token)
         return token

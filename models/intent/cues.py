@@ -187,7 +187,7 @@ def cue_tokens(norm: str) -> list[str]:
     found: set[str] = set()
     for word in _CUE_WORDS.intersection(word_list):
         found.update(_WORD_CUES[word])
-    for word in [w for w in word_list if w.startswith(_PREFIXES)] if _PREFIXES else ():
+    for word in [w for w in word_list if w.startswith(_PREFIXES)]:
         found.update(name for prefix, name in _PREFIX_CUES if word.startswith(prefix))
     if not _PHRASE_FIRSTS.isdisjoint(word_list):
         found |= _phrase_cues(word_list)

@@ -190,11 +190,15 @@ def _shape_index(token: str, dim: int) -> int:
 
 
 @lru_cache(maxsize=16)
-def _seed_column(orders: tuple[int, ...]) -> np.ndarray:
-    """The first-round seed of each n-gram order, as a column to broadcast over the code points."""
-    column = np.array([[_CHAR_SEEDS[n]] for n in orders], dtype=np.uint64)
-    column.setflags(write=False)
-    return column
+def _ngram_plan(char_ngrams: tuple[int, ...]) -> tuple[list[int], list[tuple[int, int]], dict[int, int], np.ndarray]:
+    """What the configuration's n-gram orders fix, worked out once: the orders ascending, each round k of
+    the rolling hash with the first row (order) it applies to, each order's row, and the first-round seed
+    of each order as a column to broadcast over the code points."""
+    orders = sorted(set(char_ngrams))
+    rounds = [(k, bisect_right(orders, k)) for k in range(1, orders[-1])]
+    seeds = np.array([[_CHAR_SEEDS[n]] for n in orders], dtype=np.uint64)
+    seeds.setflags(write=False)
+    return orders, rounds, {n: i for i, n in enumerate(orders)}, seeds
 
 
 def _bucket(value: float, edges: tuple[float, ...]) -> int:
@@ -231,14 +235,6 @@ def _shape_tokens(n_chars: int, classes: list[int], lines: int, n_words: int) ->
     return toks
 
 
-def meta_tokens(raw: str, norm: str, n_words: int | None = None) -> list[str]:
-    """The shape tokens of one text (``_shape_tokens``); ``featurize`` counts its views in one pass instead."""
-    flags = _CLASS_TABLE[np.minimum(np.frombuffer(norm.encode("utf-32-le"), dtype="<u4"), 0xFFFF)]
-    classes = (np.bincount(flags, minlength=32)[:32] @ _BIT_COUNTS).tolist()
-    words = len(_WORD_RE.findall(norm)) if n_words is None else n_words
-    return _shape_tokens(len(norm), classes, raw.count("\n"), words)
-
-
 @dataclass(frozen=True)
 class _Views:
     """The text features of the views of one request (the whole message, the final ask), computed together.
@@ -265,7 +261,7 @@ def _views(norms: list[str], words: list[list[str]], config: FeatureConfig) -> _
     every call: all n-gram orders are rows of one 2-D array, all views are segments of one buffer, and the
     character classes of the shape tokens come from the same code points.
     """
-    orders = sorted(set(config.char_ngrams))
+    orders, rounds, row, seeds = _ngram_plan(config.char_ngrams)
     top = orders[-1]
     padded = [f" {norm} " for norm in norms]
     starts = [0]
@@ -276,12 +272,10 @@ def _views(norms: list[str], words: list[list[str]], config: FeatureConfig) -> _
     # numbers; the windows that run past a view's end are computed and never read.
     cps32 = np.frombuffer(("".join(padded) + "\0" * (top - 1)).encode("utf-32-le"), dtype="<u4")
     cps = cps32.astype(np.uint64)
-    grams = cps[None, :total] ^ _seed_column(tuple(orders))
-    for k in range(1, top):
-        first = bisect_right(orders, k)  # the orders above k take one more round of the rolling hash
+    grams = cps[None, :total] ^ seeds
+    for k, first in rounds:  # the rows from ``first`` on (the orders above k) take round k
         grams[first:] *= _FNV_PRIME
         grams[first:] ^= cps[k : k + total]
-    row = {n: i for i, n in enumerate(orders)}
 
     flat = [word for view_words in words for word in view_words]
     word_hashes = np.fromiter(map(_WORD_HASHES.__getitem__, flat), dtype=np.uint64, count=len(flat))

@@ -1,146 +1,21 @@
-"""The difficulty cues as they were before their one-pass rewrite, kept as the specification for
-``models.intent.cues.cue_tokens`` (see ``reference_features``)."""
+"""The difficulty-cue scan as it was before its rewrite, kept as the specification for
+``models.intent.cues.cue_tokens`` (see ``reference_features``): one loop step per word. The domain
+vocabularies and their lookup tables are the module's own, imported."""
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
-
-
-@dataclass(frozen=True)
-class _Cue:
-    """One domain's vocabulary: English words, word prefixes and phrases, and Chinese terms.
-
-    Words are set lookups, not a regular expression with word boundaries per domain: such an alternation of a
-    hundred words costs about 0.1 ms per call in Python's ``re``, the whole budget of a kiosk request's features.
-    """
-
-    words: frozenset[str]
-    prefixes: tuple[str, ...] = ()
-    phrases: tuple[str, ...] = ()  # matched against the space-padded English words of the text
-    zh: tuple[str, ...] = ()  # Chinese substrings
-    zh_re: str = ""  # Chinese terms that need context (a lookahead or lookbehind)
-
-
-def _w(text: str) -> frozenset[str]:
-    return frozenset(text.split())
-
-
-_CUES: dict[str, _Cue] = {
-    "code": _Cue(
-        _w("python java javascript typescript c++ golang rust sql regex regexp code coding script bug debug error "
-           "exception stacktrace compile compiler api json csv xml yaml html css vba macro linux bash shell docker "
-           "kubernetes git nullpointer segfault algorithm algorithms database programming deploy backend frontend "
-           "array arrays recursion recursive pointer pointers struct boolean bst hashmap hashtable dfs bfs "
-           "quicksort mergesort big-o refactor unittest pytest npm"),
-        ("crashloop",),
-        ("regular expression", "stack trace", "excel formula", "null pointer", "linked list", "binary tree",
-         "binary search", "hash map", "hash table", "in c", "in c++", "in go", "in rust", "in java", "unit test",
-         "for loop", "while loop", "infinite loop", "sorting algorithm", "time complexity"),
-        ("代码", "编程", "函数", "脚本", "报错", "正则", "算法", "数据库", "编译", "调试", "链表", "二叉树", "数组",
-         "递归", "指针", "排序算法", "哈希", "时间复杂度", "单元测试", "死循环", "变量"),
-        r"(?<!小)程序",
-    ),
-    "medical": _Cue(
-        _w("symptom symptoms dose dosage mg medication medications medicine medicines pill pills drug drugs ibuprofen "
-           "paracetamol acetaminophen aspirin antibiotic antibiotics amoxicillin warfarin insulin metformin statin "
-           "statins xanax rash mole cancer tumor tumour hypertension swallowed overdose infection fracture migraine "
-           "seizure asthma prescription hepatitis hiv aids depression anxiety stroke pneumonia tuberculosis "
-           "epilepsy arthritis chemotherapy antidepressant antidepressants sertraline melatonin"),
-        ("pregnan", "allerg", "diabet", "diagnos", "sprain", "vaccin"),
-        ("blood pressure", "chest pain", "side effect", "side effects", "what could it be", "should i see a doctor"),
-        ("症状", "剂量", "孕妇", "怀孕", "过敏", "糖尿病", "高血压", "血压", "胰岛素", "抗生素", "布洛芬", "阿司匹林",
-         "对乙酰氨基酚", "疼", "痛", "癌", "肿瘤", "咳嗽", "骨折", "头晕", "胸闷", "副作用", "挂什么科", "是什么病",
-         "怎么治", "乙肝", "艾滋", "抑郁", "焦虑症", "中风", "心脏病", "哮喘", "癫痫", "结核", "化疗", "病史"),
-        r"药(?![店房])|炎(?!热)",
-    ),
-    "legal": _Cue(
-        _w("sue suing lawsuit lawyer attorney legal illegal law laws contract lease tenant landlord divorce custody "
-           "visas immigration asylum enforceable liable liability copyright trademark patent noncompete non-compete "
-           "inheritance opt"),
-        ("deport",),
-        ("in court", "court case", "will and", "green card", "work permit", "visa application", "visa rules",
-         "visa status", "visa extension", "visa expired", "visa expires", "visa expiring", "visa refused",
-         "visa refusal"),
-        ("起诉", "律师", "法律", "违法", "合法", "合同", "离婚", "抚养权", "签证", "移民", "赔偿", "仲裁", "遗产",
-         "继承", "侵权", "版权", "专利", "劳动法"),
-    ),
-    "finance": _Cue(
-        _w("taxes stock stocks mortgage loan apr ira roth 401k pension bitcoin etf portfolio dividend annuity"),
-        ("invest", "retire", "crypto", "refinanc", "amortis", "amortiz"),
-        ("income tax", "tax return", "interest rate", "credit score", "monthly payment", "compound interest"),
-        ("个税", "房贷", "贷款", "利息", "利率", "理财", "投资", "股票", "基金", "养老金", "复利", "月供", "收益率",
-         "公积金"),
-        r"(?<![免退])税",
-    ),
-    "plan": _Cue(
-        _w("plan planning itinerary budget optimise optimize"),
-        (),
-        ("day trip",),
-        ("规划", "计划", "行程", "攻略", "预算", "安排一下", "几天的"),
-    ),
-    "write": _Cue(
-        _w("write draft compose essay poem poetry speech toast letter email resume cv slogan rewrite proofread "
-           "paraphrase outline article blog lyrics caption"),
-        ("summar",),
-        ("cover letter", "press release"),
-        ("帮我写", "作文", "文章", "诗", "演讲", "邮件", "总结", "摘要", "润色", "改写", "文案", "稿", "大纲", "读后感",
-         "报告", "对联", "祝酒词"),
-        r"写(?=[一个篇封首段份出下点些]|代码|程序|作文|文章|诗|邮件|信|简历|报告|总结)",
-    ),
-    "reason": _Cue(
-        _w("prove proof solve puzzle riddle logic logical equation derive derivation theorem compare comparison "
-           "evaluate critique argue debate implication implications tradeoff tradeoffs trade-off trade-offs "
-           "probability optimal"),
-        ("analys", "analyz"),
-        ("step by step", "in detail", "pros and cons", "why did", "explain why", "knights and knaves"),
-        ("证明", "推导", "解方程", "方程", "逻辑", "谜题", "为什么", "详细", "分析", "比较一下", "对比", "优劣", "利弊",
-         "评价", "原理", "论证", "概率", "最优", "推理", "相容"),
-    ),
-    "passage": _Cue(
-        _w("paragraph passage"),
-        (),
-        ("this paragraph", "this passage", "whole text", "whole paragraph", "whole page", "whole document",
-         "whole letter", "the following", "this text", "this document", "this article", "this letter", "this essay",
-         "this contract", "this email"),
-        ("下面这段", "这段话", "这段文字", "这篇", "全文", "整段", "以下内容", "这封信", "这份"),
-    ),
-}
-_EN_WORD_RE = re.compile(r"[a-z0-9+'-]+")
-_CJK_RE = re.compile(r"[\u3400-\u9fff]")
-# Any character a number can start with: a cheap scan that spares most texts the two-branch one below.
-_NUMERAL_RE = re.compile(r"[\d零一二两三四五六七八九十百千万亿半]")
-_NUMBER_RE = re.compile(
-    r"\d+(?:[.,]\d+)?|[零一二两三四五六七八九十百千万亿半]+(?=[个只块元岁天年月小时分钟公里米斤克度人次本张件辆层楼号%％])"
+from models.intent.cues import (
+    _CJK_RE,
+    _CUES,
+    _EN_WORD_RE,
+    _NUMBER_RE,
+    _NUMERAL_RE,
+    _PHRASES_BY_FIRST,
+    _PREFIX_CUES,
+    _PREFIXES,
+    _WORD_CUES,
+    _ZH_CUE_RE,
 )
-
-
-_Phrases = dict[str, tuple[tuple[str, tuple[str, ...]], ...]]
-
-
-def _compile() -> tuple[dict[str, tuple[str, ...]], tuple[tuple[str, str], ...], _Phrases, re.Pattern[str]]:
-    """One lookup table per kind of term for all domains, so a text is scanned once, not once per domain:
-    word -> domains, (prefix, domain) pairs, first word of an English phrase -> (domain, phrase words) in
-    domain order, and one pattern for the Chinese terms (each domain a named group)."""
-    words: dict[str, tuple[str, ...]] = {}
-    for name, cue in _CUES.items():
-        for word in cue.words:
-            words[word] = (*words.get(word, ()), name)
-    prefixes = tuple((prefix, name) for name, cue in _CUES.items() for prefix in cue.prefixes)
-    phrases: dict[str, list[tuple[str, tuple[str, ...]]]] = {}
-    for name, cue in _CUES.items():
-        for phrase in cue.phrases:
-            parts = tuple(phrase.split(" "))
-            phrases.setdefault(parts[0], []).append((name, parts))
-    zh = "|".join(
-        f"(?P<{name}>{'|'.join([*(re.escape(t) for t in cue.zh), *([cue.zh_re] if cue.zh_re else [])])})"
-        for name, cue in _CUES.items() if cue.zh or cue.zh_re
-    )
-    return words, prefixes, {k: tuple(v) for k, v in phrases.items()}, re.compile(zh)
-
-
-_WORD_CUES, _PREFIX_CUES, _PHRASES_BY_FIRST, _ZH_CUE_RE = _compile()
-_PREFIXES = tuple(prefix for prefix, _ in _PREFIX_CUES)
 
 
 def _phrase_cues(words: list[str]) -> set[str]:
@@ -179,8 +54,3 @@ def cue_tokens(norm: str) -> list[str]:
     numbers = len(set(_NUMBER_RE.findall(norm))) if _NUMERAL_RE.search(norm) is not None else 0
     tokens.append(f"number:{min(numbers, 4)}")
     return tokens
-
-
-CUE_NAMES = tuple(_CUES)
-
-__all__ = ["CUE_NAMES", "cue_tokens"]
