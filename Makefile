@@ -21,9 +21,14 @@ venv: $(STAMP)
 run: $(STAMP)
 	$(BIN)/edgecloud serve
 
+# Two workers (one a core on the 2-core reference machine), a test file per worker at a time: many tests
+# wait on a gateway, a subprocess or a deadline, so two run in about two thirds of one's time. A file's
+# tests stay together because they share module fixtures. TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 2
+
 test: $(STAMP) browser
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q -ra --durations=30
+	$(BIN)/python -m pytest -q -ra --durations=30 -n $(TEST_WORKERS) --dist loadfile
 
 # The dashboard's browser tests need a headless Chromium: Debian's package, installed when this
 # runs as root with apt-get; otherwise one clear line, and those tests skip with the same reason.

@@ -1,11 +1,16 @@
-"""Fixtures shared by the whole suite: the embedded model and real gateways on loopback."""
+"""Fixtures shared by the whole suite: the embedded model and real gateways on loopback; and the
+reliability suite's fault matrix, printed at the end of the session (here, because under pytest-xdist
+only the top conftest is loaded in the controller that prints the summary)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from reliability.support import MATRIX_KEY, RESULTS, render_matrix
 
 from edge.local_model import find_embedded_model
 from harness import GatewayHandle, make_settings, run_gateway
@@ -40,3 +45,37 @@ def edge_gateway(tmp_path_factory: pytest.TempPathFactory, embedded_model: Path)
     )
     with run_gateway(settings) as gw:
         yield gw
+
+
+# --------------------------------------------------------------------------- the fault matrix
+
+_WORKER_MATRIX = "edgecloud_fault_matrix"
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Under pytest-xdist the cells live in a worker: hand them to the controller, which prints the table."""
+    workeroutput = getattr(session.config, "workeroutput", None)
+    cells = session.config.stash.get(MATRIX_KEY, None)
+    if workeroutput is not None and cells:
+        workeroutput[_WORKER_MATRIX] = json.dumps(cells)
+
+
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: unknown when the suite runs in one process
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """The controller's side of ``pytest_sessionfinish``: each worker's cells join the one table."""
+    cells = getattr(node, "workeroutput", {}).get(_WORKER_MATRIX)
+    if cells:
+        merged = node.config.stash.setdefault(MATRIX_KEY, {})
+        for row, columns in json.loads(cells).items():
+            merged.setdefault(row, {}).update(columns)
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    cells = config.stash.get(MATRIX_KEY, None)
+    if not cells:
+        return
+    text = render_matrix(cells)
+    terminalreporter.write_sep("=", "fault matrix (what the kiosk saw)")
+    terminalreporter.write(text)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "fault_matrix.txt").write_text(text, encoding="utf-8")

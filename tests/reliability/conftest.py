@@ -1,7 +1,4 @@
-"""Fixtures of the reliability suite, and the fault matrix printed at the end of the session.
-
-The matrix goes to the terminal summary (no ``-s`` needed) and to ``bench/results/fault_matrix.txt``.
-"""
+"""Fixtures of the reliability suite. The fault matrix its tests fill is printed by ``tests/conftest.py``."""
 
 from __future__ import annotations
 
@@ -15,10 +12,8 @@ from reliability.support import (
     HEADER_TIMEOUT_S,
     MATRIX_KEY,
     PROC_SECRETS,
-    RESULTS,
     SUITE_SECRETS,
     cloud_section,
-    render_matrix,
 )
 
 from bench.fake_cloud import FakeCloudHandle, run_fake_cloud_in_thread
@@ -97,17 +92,6 @@ def untrusted_tls_cloud() -> Iterator[FakeCloudHandle]:
 @pytest.fixture(scope="session")
 def matrix(request: pytest.FixtureRequest) -> dict[str, dict[str, str]]:
     return request.config.stash.setdefault(MATRIX_KEY, {})
-
-
-def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    cells = config.stash.get(MATRIX_KEY, None)
-    if not cells:
-        return
-    text = render_matrix(cells)
-    terminalreporter.write_sep("=", "fault matrix (what the kiosk saw)")
-    terminalreporter.write(text)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "fault_matrix.txt").write_text(text, encoding="utf-8")
 
 
 # --------------------------------------------------------------------------- a gateway subprocess
