@@ -6,8 +6,9 @@ Rules, so that the traffic measures the router on text it never learned from:
 
 * single-turn rows only from the intent classifier's dev split (``models.intent.dataset.is_dev``):
   the shipped classifier was trained on the other 85%;
-* never a text of the classifier's threshold split or held-out set (``models/intent/data/threshold``,
-  ``models/intent/data/heldout``), compared after the classifier's own normalisation;
+* never a text of the classifier's threshold split or held-out sets (``models/intent/data/threshold``,
+  ``models/intent/data/heldout``, ``models/intent/data/heldout_v5``), compared after the classifier's own
+  normalisation;
 * rows the benchmark would drop anyway are left out (over ``MAX_CHARS`` characters);
 * per kind and language a fixed quota, spread over the sources in proportion to what each offers,
   picked by a seeded random sample (stable for the same source files);
@@ -29,7 +30,8 @@ from models.intent.dataset import is_dev, text_key
 REPO_ROOT = Path(__file__).resolve().parent.parent
 OUT_DIR = REPO_ROOT / "bench" / "data" / "routing"
 EXCLUDED_DIRS = (REPO_ROOT / "models" / "intent" / "data" / "threshold",
-                 REPO_ROOT / "models" / "intent" / "data" / "heldout")
+                 REPO_ROOT / "models" / "intent" / "data" / "heldout",
+                 REPO_ROOT / "models" / "intent" / "data" / "heldout_v5")
 MAX_CHARS = 1200
 MAX_TURNS = 3
 SEED = 18
