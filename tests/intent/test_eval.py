@@ -68,7 +68,9 @@ def test_dev_split_of_shipped_routing_data(routing_data: Path) -> None:
     report = evaluate([routing_data], split="dev")
     assert report["data"]["skipped_multi_turn"] > 0
     assert report["overall"]["accuracy"] >= 0.9
-    assert report["overall"]["per_label"]["complex"]["recall"] >= 0.97
+    # Complex requests reach the cloud as deployed (the card's routing cut). The label's own cut is the most
+    # accurate one on the threshold split, above the routing cut, so its recall alone says less.
+    assert report["routing"]["complex_to_cloud"] >= 0.98
     assert {"en", "zh"} <= set(report["per_language"])
 
 
