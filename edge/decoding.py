@@ -43,8 +43,7 @@ class SamplerPool:
             chain = chains.pop()
             if not chains:
                 del self._idle[sampling]
-            chain.reset()
-            return chain
+            return chain  # ``give`` reset it
         self.built += 1
         return ll.SamplerChain(self._llama, temperature=sampling.temperature, top_p=sampling.top_p,
                                top_k=sampling.top_k, min_p=0.05, seed=sampling.seed, grammar=sampling.grammar,
