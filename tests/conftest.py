@@ -5,6 +5,7 @@ only the top conftest is loaded in the controller that prints the summary)."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,11 +13,27 @@ from typing import Any
 import pytest
 from reliability.support import MATRIX_KEY, RESULTS, render_matrix
 
+from edge import model_loader
 from edge.local_model import find_embedded_model
-from harness import GatewayHandle, make_settings, run_gateway
+from harness import THREADS_ENV, GatewayHandle, make_settings, run_gateway, worker_threads
 
 # The routing rows that ship with the benchmark (bench/data): the tests need no folder outside the clone.
 ROUTING_DATA = Path(__file__).resolve().parent.parent / "bench" / "data" / "routing"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist, give each worker's llama.cpp contexts its share of the cores (harness.worker_threads
+    says why). In this process every context that leaves ``n_threads`` unset takes the share through
+    ``default_threads``; subprocesses read the same share from the environment. An explicit setting in the
+    environment wins.
+    """
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
+    if workers > 1:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        os.environ.setdefault(THREADS_ENV, str(max(1, cores // workers)))
+    share = worker_threads()
+    if share is not None:
+        model_loader.default_threads = lambda: share
 
 
 @pytest.fixture(scope="session")

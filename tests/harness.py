@@ -8,6 +8,7 @@ over HTTP with the official ``openai`` client.
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -54,6 +55,24 @@ class GatewayHandle:
     def stop(self) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=15)
+
+
+# Set by tests/conftest.py when pytest-xdist runs several workers: each llama.cpp context then gets its
+# share of the cores instead of all of them (see ``worker_threads``). It is the product's own
+# ``[edge] n_threads`` override, so gateways the tests start as subprocesses take the share too.
+THREADS_ENV = "EDGECLOUD_EDGE_N_THREADS"
+
+
+def worker_threads() -> int | None:
+    """The llama.cpp threads one test worker may use; None when the suite runs in one process.
+
+    Two workers that each give llama.cpp every core put twice as many OpenMP threads as cores on the
+    machine: libgomp's barriers then wait out scheduler slices at every graph node, and the embedded
+    model's decode falls from ~100 tokens/s to under 1 (seen: 8 tokens in 11 s), which no timing
+    bound in the suite survives. One share of the cores per worker keeps each worker's decode steady.
+    """
+    raw = os.environ.get(THREADS_ENV, "")
+    return int(raw) if raw.isdigit() and int(raw) > 0 else None
 
 
 def make_settings(tmp: Path, **sections: dict[str, Any]) -> Settings:

@@ -14,6 +14,7 @@ import pytest
 from llama_cpp import llama_cpp as cpp
 
 from edge.model_loader import find_embedded_model
+from harness import worker_threads
 from models import llama_runtime as ll
 from models.llama_runtime import open_llama
 
@@ -24,7 +25,8 @@ PROMPT = "The information desk is next to the main entrance of the mall"
 
 @pytest.fixture(scope="module")
 def llama() -> llama_cpp.Llama:
-    model = open_llama(find_embedded_model(), sequences=3, n_ctx=3 * 256, n_threads=2, n_batch=128, verbose=False)
+    model = open_llama(find_embedded_model(), sequences=3, n_ctx=3 * 256, n_threads=worker_threads() or 2,
+                       n_batch=128, verbose=False)
     yield model
     model.close()
 
@@ -183,7 +185,7 @@ def test_a8_a9_what_the_one_at_a_time_runner_uses() -> None:
     source = inspect.getsource(llama_cpp.Llama.generate)
     assert "self._init_sampler(" in source
     assert "_seed" in inspect.getsource(llama_cpp.Llama._init_sampler)
-    model = open_llama(find_embedded_model(), n_ctx=256, n_threads=2, verbose=False)
+    model = open_llama(find_embedded_model(), n_ctx=256, n_threads=worker_threads() or 2, verbose=False)
     try:
         prompt = model.tokenize(PROMPT.encode(), add_bos=False, special=False)
         model.eval(prompt)
