@@ -13,6 +13,12 @@ word problems have more.
 
 The lists name domains, not training sentences: they were written from general vocabulary, and a test
 checks that each cue fires on a plain example in both languages.
+
+Versions: a model learns the weights of the cues its trainer computed, so the vocabulary is versioned and the
+model card names its version (``FeatureConfig.cue_version``). Version 1 is ``_CUES`` with digits and Chinese
+numerals; version 2 adds ``_ADDED_IN_2`` (algorithm names, liability and insurance words, choosing between
+options) and English number words from "two" up, which voice transcripts use instead of digits. Each version's
+tables are built once; a model of either version is featurised exactly as it was trained.
 """
 
 from __future__ import annotations
@@ -120,46 +126,111 @@ _CUES: dict[str, _Cue] = {
         ("下面这段", "这段话", "这段文字", "这篇", "全文", "整段", "以下内容", "这封信", "这份"),
     ),
 }
+# Version 2's additions, merged into version 1's lists of the same domain.
+_ADDED_IN_2: dict[str, _Cue] = {
+    "code": _Cue(
+        _w("dijkstra bellman-ford knapsack backtracking memoization memoisation heap heaps trie graph graphs mutex "
+           "deadlock concurrency multithreading async await lambda leetcode github django flask nodejs php kotlin "
+           "matlab pandas numpy tensorflow pytorch"),
+        (),
+        ("dynamic programming", "shortest path", "machine learning", "neural network", "race condition",
+         "memory leak", "big o"),
+        ("动态规划", "最短路径", "图论", "线程", "并发", "死锁", "内存泄漏", "机器学习", "神经网络", "前端", "后端"),
+    ),
+    "legal": _Cue(
+        _w("compensation damages liability settlement negligence"),
+        (),
+        ("insurance claim", "at fault", "police report", "small claims"),
+        ("索赔", "理赔", "免赔", "全责", "责任方", "交通事故", "肇事", "报警"),
+    ),
+    "reason": _Cue(
+        frozenset(),
+        (),
+        ("when to use", "which is better", "should i choose", "or should i"),
+        ("哪个更好", "选哪个", "怎么选"),
+    ),
+}
+CUE_VERSION = 2  # what the trainer writes into a new model's card
+CUE_VERSIONS = (1, 2)
+
+
+def _vocabulary(version: int) -> dict[str, _Cue]:
+    """The domains of one version, in the fixed domain order of ``_CUES``."""
+    if version == 1:
+        return _CUES
+    merged: dict[str, _Cue] = {}
+    for name, cue in _CUES.items():
+        more = _ADDED_IN_2.get(name)
+        merged[name] = cue if more is None else _Cue(
+            cue.words | more.words, cue.prefixes + more.prefixes, cue.phrases + more.phrases, cue.zh + more.zh,
+            cue.zh_re)
+    return merged
+
+
 _EN_WORD_RE = re.compile(r"[a-z0-9+'-]+")
 _CJK_RE = re.compile(r"[\u3400-\u9fff]")
 # Any character a number can start with: a cheap scan that spares most texts the two-branch one below.
-_NUMERAL_RE = re.compile(r"[\d零一二两三四五六七八九十百千万亿半]")
-_NUMBER_RE = re.compile(
-    r"\d+(?:[.,]\d+)?|[零一二两三四五六七八九十百千万亿半]+(?=[个只块元岁天年月小时分钟公里米斤克度人次本张件辆层楼号%％])"
-)
+_NUMERAL = r"[\d零一二两三四五六七八九十百千万亿半]"
+_NUMBER = (r"\d+(?:[.,]\d+)?|[零一二两三四五六七八九十百千万亿半]+"
+           r"(?=[个只块元岁天年月小时分钟公里米斤克度人次本张件辆层楼号%％])")
+# English number words from two up (version 2): "one" is mostly a pronoun.
+_EN_NUMBER_WORDS = frozenset(
+    "two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen "
+    "eighteen nineteen twenty thirty forty fifty sixty seventy eighty ninety hundred thousand million".split())
+_EN_NUMBERS = rf"\b(?:{'|'.join(sorted(_EN_NUMBER_WORDS))})\b"
+# Every run of ASCII letters and digits: a number word that the pattern above finds between word boundaries
+# is one of these runs (a boundary's neighbours are not word characters, so not ASCII letters or digits).
+_ASCII_RUN_RE = re.compile(r"[a-z0-9]+")
 
 
 _Phrases = dict[str, tuple[tuple[str, tuple[str, ...]], ...]]
 
 
-def _compile() -> tuple[dict[str, tuple[str, ...]], tuple[tuple[str, str], ...], _Phrases, re.Pattern[str]]:
-    """One lookup table per kind of term for all domains, so a text is scanned once, not once per domain:
-    word -> domains, (prefix, domain) pairs, first word of an English phrase -> (domain, phrase words) in
-    domain order, and one pattern for the Chinese terms (each domain a named group)."""
+@dataclass(frozen=True)
+class CueTables:
+    """One version's lookup tables for all domains, so a text is scanned once, not once per domain: word ->
+    domains, (prefix, domain) pairs, first word of an English phrase -> (domain, phrase words) in domain order,
+    one pattern for the Chinese terms (each domain a named group), and the number patterns."""
+
+    names: tuple[str, ...]
+    words: dict[str, tuple[str, ...]]
+    prefix_cues: tuple[tuple[str, str], ...]
+    phrases_by_first: _Phrases
+    zh_re: re.Pattern[str]
+    numeral_re: re.Pattern[str]  # digits and Chinese numerals: the cheap first test for numbers
+    number_re: re.Pattern[str]
+    number_words: frozenset[str]  # the English number words ``number_re`` finds (version 2)
+    cue_words: frozenset[str]
+    phrase_firsts: frozenset[str]
+    prefixes: tuple[str, ...]
+
+
+def _compile(version: int) -> CueTables:
+    vocabulary = _vocabulary(version)
     words: dict[str, tuple[str, ...]] = {}
-    for name, cue in _CUES.items():
+    for name, cue in vocabulary.items():
         for word in cue.words:
             words[word] = (*words.get(word, ()), name)
-    prefixes = tuple((prefix, name) for name, cue in _CUES.items() for prefix in cue.prefixes)
+    prefixes = tuple((prefix, name) for name, cue in vocabulary.items() for prefix in cue.prefixes)
     phrases: dict[str, list[tuple[str, tuple[str, ...]]]] = {}
-    for name, cue in _CUES.items():
+    for name, cue in vocabulary.items():
         for phrase in cue.phrases:
             parts = tuple(phrase.split(" "))
             phrases.setdefault(parts[0], []).append((name, parts))
     zh = "|".join(
         f"(?P<{name}>{'|'.join([*(re.escape(t) for t in cue.zh), *([cue.zh_re] if cue.zh_re else [])])})"
-        for name, cue in _CUES.items() if cue.zh or cue.zh_re
+        for name, cue in vocabulary.items() if cue.zh or cue.zh_re
     )
-    return words, prefixes, {k: tuple(v) for k, v in phrases.items()}, re.compile(zh)
+    number, number_words = (_NUMBER, frozenset()) if version == 1 else (f"{_NUMBER}|{_EN_NUMBERS}", _EN_NUMBER_WORDS)
+    return CueTables(tuple(vocabulary), words, prefixes, {k: tuple(v) for k, v in phrases.items()}, re.compile(zh),
+                     re.compile(_NUMERAL), re.compile(number), number_words, frozenset(words), frozenset(phrases),
+                     tuple(prefix for prefix, _ in prefixes))
 
 
-_WORD_CUES, _PREFIX_CUES, _PHRASES_BY_FIRST, _ZH_CUE_RE = _compile()
-_CUE_WORDS = frozenset(_WORD_CUES)
-_PHRASE_FIRSTS = frozenset(_PHRASES_BY_FIRST)
-_PREFIXES = tuple(prefix for prefix, _ in _PREFIX_CUES)
+TABLES = {version: _compile(version) for version in CUE_VERSIONS}
 
 
-def _phrase_cues(words: list[str]) -> set[str]:
+def _phrase_cues(words: list[str], phrases_by_first: _Phrases) -> set[str]:
     """Domains whose English phrases occur as whole words, left to right without overlap (the first
     phrase in domain order wins at a position, and the scan resumes after it). A dictionary of first
     words instead of one regular expression over the joined text: the alternation of every phrase, tried
@@ -168,7 +239,7 @@ def _phrase_cues(words: list[str]) -> set[str]:
     i, n = 0, len(words)
     while i < n:
         step = 1
-        for name, parts in _PHRASES_BY_FIRST.get(words[i], ()):
+        for name, parts in phrases_by_first.get(words[i], ()):
             if tuple(words[i : i + len(parts)]) == parts:
                 found.add(name)
                 step = len(parts)
@@ -177,28 +248,34 @@ def _phrase_cues(words: list[str]) -> set[str]:
     return found
 
 
-def cue_tokens(norm: str) -> list[str]:
-    """The cue tokens of a normalised text (``normalize`` in ``features``): ``cue:<domain>`` and ``number:<n>``.
+def cue_tokens(norm: str, version: int = CUE_VERSION) -> list[str]:
+    """The cue tokens of a normalised text (``normalize`` in ``features``): ``cue:<domain>`` and ``number:<n>``,
+    with the vocabulary of ``version`` (the model card's).
 
     A set intersection for the cue words and one filtering pass for the prefixes, not a dictionary lookup
     and a prefix test per word in a Python loop: that loop cost more than a long message's shape tokens.
     """
+    t = TABLES[version]
     word_list = _EN_WORD_RE.findall(norm)
     found: set[str] = set()
-    for word in _CUE_WORDS.intersection(word_list):
-        found.update(_WORD_CUES[word])
-    for word in [w for w in word_list if w.startswith(_PREFIXES)]:
-        found.update(name for prefix, name in _PREFIX_CUES if word.startswith(prefix))
-    if not _PHRASE_FIRSTS.isdisjoint(word_list):
-        found |= _phrase_cues(word_list)
+    for word in t.cue_words.intersection(word_list):
+        found.update(t.words[word])
+    for word in [w for w in word_list if w.startswith(t.prefixes)]:
+        found.update(name for prefix, name in t.prefix_cues if word.startswith(prefix))
+    if not t.phrase_firsts.isdisjoint(word_list):
+        found |= _phrase_cues(word_list, t.phrases_by_first)
     if _CJK_RE.search(norm) is not None:
-        found.update(m.lastgroup for m in _ZH_CUE_RE.finditer(norm) if m.lastgroup)
-    tokens = [f"cue:{name}" for name in _CUES if name in found]
-    numbers = len(set(_NUMBER_RE.findall(norm))) if _NUMERAL_RE.search(norm) is not None else 0
+        found.update(m.lastgroup for m in t.zh_re.finditer(norm) if m.lastgroup)
+    tokens = [f"cue:{name}" for name in t.names if name in found]
+    # ``number_re`` only where a number may be: an alternation of words tried at every position of a long
+    # message costs more than the rest of the cues; the two tests find every text it finds something in.
+    maybe = t.numeral_re.search(norm) is not None or (
+        bool(t.number_words) and not t.number_words.isdisjoint(_ASCII_RUN_RE.findall(norm)))
+    numbers = len(set(t.number_re.findall(norm))) if maybe else 0
     tokens.append(f"number:{min(numbers, 4)}")
     return tokens
 
 
 CUE_NAMES = tuple(_CUES)
 
-__all__ = ["CUE_NAMES", "cue_tokens"]
+__all__ = ["CUE_NAMES", "CUE_VERSION", "CUE_VERSIONS", "TABLES", "CueTables", "cue_tokens"]

@@ -27,7 +27,7 @@ from itertools import pairwise
 import numpy as np
 
 from models.intent.ask import final_ask
-from models.intent.cues import cue_tokens
+from models.intent.cues import CUE_VERSION, CUE_VERSIONS, cue_tokens
 
 FEATURE_VERSION = 3
 # Version 2 models (whole message only) still load: their card has no ask view and ``featurize`` skips it.
@@ -89,6 +89,8 @@ class FeatureConfig:
     whole_weight: float = 0.25
     cue_weight: float = 1.0  # difficulty cues (``models.intent.cues``) of the whole message and of the ask
     version: int = FEATURE_VERSION
+    # The cue vocabulary's version (``models.intent.cues``); a card without one was trained on version 1.
+    cue_version: int = CUE_VERSION
 
     def to_dict(self) -> dict:
         data = {
@@ -98,6 +100,7 @@ class FeatureConfig:
             "meta_weight": self.meta_weight,
             "norm_power": self.norm_power,
             "version": self.version,
+            "cue_version": self.cue_version,
         }
         if self.version >= 3:
             data["ask_weight"] = self.ask_weight
@@ -110,6 +113,9 @@ class FeatureConfig:
         version = int(data.get("version", FEATURE_VERSION))
         if version not in SUPPORTED_VERSIONS:
             raise ValueError(f"model uses feature version {version}, runtime implements {SUPPORTED_VERSIONS}")
+        cue_version = int(data.get("cue_version", 1))
+        if cue_version not in CUE_VERSIONS:
+            raise ValueError(f"model uses cue vocabulary version {cue_version}, runtime implements {CUE_VERSIONS}")
         return cls(
             dim=int(data["dim"]),
             char_ngrams=tuple(int(n) for n in data["char_ngrams"]),
@@ -120,6 +126,7 @@ class FeatureConfig:
             whole_weight=float(data.get("whole_weight", 0.25)),
             cue_weight=float(data.get("cue_weight", 1.0)),
             version=version,
+            cue_version=cue_version,
         )
 
 
@@ -375,8 +382,8 @@ def featurize(text: str, config: FeatureConfig) -> tuple[np.ndarray, np.ndarray]
     ask_shape = shape if same else _shape_tokens(len(ask_norm), views.classes[1], ask.count("\n"), len(ask_words))
     share = len(ask_norm) / max(len(norm), 1)
     shape = [*shape, *("ask:" + tok for tok in ask_shape), f"ask_share:{_bucket(share, (0.2, 0.4, 0.7, 0.95))}"]
-    cues = cue_tokens(norm)
-    cues += ["ask:" + tok for tok in (cues if same else cue_tokens(ask_norm))]
+    cues = cue_tokens(norm, config.cue_version)
+    cues += ["ask:" + tok for tok in (cues if same else cue_tokens(ask_norm, config.cue_version))]
     # The ask's hashes move to their own part of the space (after their signs were taken).
     ask_hashes = views.hashes[views.bounds[1] : views.bounds[2]]
     ask_hashes ^= _U(_NS_ASK)

@@ -1,24 +1,13 @@
 """The difficulty-cue scan as it was before its rewrite, kept as the specification for
 ``models.intent.cues.cue_tokens`` (see ``reference_features``): one loop step per word. The domain
-vocabularies and their lookup tables are the module's own, imported."""
+vocabularies and each version's lookup tables are the module's own, imported."""
 
 from __future__ import annotations
 
-from models.intent.cues import (
-    _CJK_RE,
-    _CUES,
-    _EN_WORD_RE,
-    _NUMBER_RE,
-    _NUMERAL_RE,
-    _PHRASES_BY_FIRST,
-    _PREFIX_CUES,
-    _PREFIXES,
-    _WORD_CUES,
-    _ZH_CUE_RE,
-)
+from models.intent.cues import _CJK_RE, _EN_WORD_RE, CUE_VERSION, TABLES, CueTables
 
 
-def _phrase_cues(words: list[str]) -> set[str]:
+def _phrase_cues(words: list[str], t: CueTables) -> set[str]:
     """Domains whose English phrases occur as whole words, left to right without overlap (the first
     phrase in domain order wins at a position, and the scan resumes after it). A dictionary of first
     words instead of one regular expression over the joined text: the alternation of every phrase, tried
@@ -27,7 +16,7 @@ def _phrase_cues(words: list[str]) -> set[str]:
     i, n = 0, len(words)
     while i < n:
         step = 1
-        for name, parts in _PHRASES_BY_FIRST.get(words[i], ()):
+        for name, parts in t.phrases_by_first.get(words[i], ()):
             if tuple(words[i : i + len(parts)]) == parts:
                 found.add(name)
                 step = len(parts)
@@ -36,21 +25,22 @@ def _phrase_cues(words: list[str]) -> set[str]:
     return found
 
 
-def cue_tokens(norm: str) -> list[str]:
+def cue_tokens(norm: str, version: int = CUE_VERSION) -> list[str]:
     """The cue tokens of a normalised text (``normalize`` in ``features``): ``cue:<domain>`` and ``number:<n>``."""
+    t = TABLES[version]
     word_list = _EN_WORD_RE.findall(norm)
     found: set[str] = set()
     for word in word_list:
-        hit = _WORD_CUES.get(word)
+        hit = t.words.get(word)
         if hit:
             found.update(hit)
-        if word.startswith(_PREFIXES):
-            found.update(name for prefix, name in _PREFIX_CUES if word.startswith(prefix))
+        if word.startswith(t.prefixes):
+            found.update(name for prefix, name in t.prefix_cues if word.startswith(prefix))
     if word_list:
-        found |= _phrase_cues(word_list)
+        found |= _phrase_cues(word_list, t)
     if _CJK_RE.search(norm) is not None:
-        found.update(m.lastgroup for m in _ZH_CUE_RE.finditer(norm) if m.lastgroup)
-    tokens = [f"cue:{name}" for name in _CUES if name in found]
-    numbers = len(set(_NUMBER_RE.findall(norm))) if _NUMERAL_RE.search(norm) is not None else 0
+        found.update(m.lastgroup for m in t.zh_re.finditer(norm) if m.lastgroup)
+    tokens = [f"cue:{name}" for name in t.names if name in found]
+    numbers = len(set(t.number_re.findall(norm)))
     tokens.append(f"number:{min(numbers, 4)}")
     return tokens

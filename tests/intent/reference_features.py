@@ -169,8 +169,8 @@ def featurize(text: str, config: FeatureConfig) -> tuple[np.ndarray, np.ndarray]
         ask_meta = meta_tokens(ask, ask_norm, len(ask_words))
     share = len(ask_norm) / max(len(norm), 1)
     meta = [*meta, *("ask:" + tok for tok in ask_meta), f"ask_share:{_bucket(share, (0.2, 0.4, 0.7, 0.95))}"]
-    cues = cue_tokens(norm)
-    cues += ["ask:" + tok for tok in (cues if ask_norm is norm else cue_tokens(ask_norm))]
+    cues = cue_tokens(norm, config.cue_version)
+    cues += ["ask:" + tok for tok in (cues if ask_norm is norm else cue_tokens(ask_norm, config.cue_version))]
     # One pass over the cue and shape tokens (cues first), weighted apart.
     shape_idx, shape_val = _meta_block(cues + meta, config)
     shape_val[: len(cues)] = config.cue_weight

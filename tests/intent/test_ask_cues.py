@@ -64,6 +64,26 @@ def test_cue_names_and_number_counts() -> None:
     assert "number:3" in cue_tokens(normalize("小明有9个苹果，给了小红3个，又买了5个"))
 
 
+@pytest.mark.parametrize(
+    ("text", "cue"),
+    [
+        ("Dijkstra or A*: when to use which?", "code"), ("动态规划和贪心有什么区别", "code"),
+        ("the other driver says I was at fault, do I have to pay", "legal"), ("对方要我全责赔钱怎么办", "legal"),
+        ("which is better for me, the monthly pass or ten single tickets", "reason"), ("这两个套餐选哪个", "reason"),
+    ],
+)
+def test_version_2_vocabulary(text: str, cue: str) -> None:
+    assert f"cue:{cue}" in cue_tokens(normalize(text), 2)
+    assert f"cue:{cue}" not in cue_tokens(normalize(text), 1)
+
+
+def test_version_2_counts_spoken_numbers() -> None:
+    text = normalize("um the ferry does like twenty two knots and the island is sixty miles away")
+    assert "number:3" in cue_tokens(text, 2)  # twenty, two, sixty
+    assert "number:0" in cue_tokens(text, 1)
+    assert "number:0" in cue_tokens(normalize("which one is the right one"), 2)
+
+
 def test_variants_are_deterministic_and_keep_the_request() -> None:
     phrases = Phrases.load()
     assert all(n > 0 for n in phrases.sources().values())

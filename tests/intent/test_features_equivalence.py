@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models.intent.cues import cue_tokens
+from models.intent.cues import CUE_VERSIONS, cue_tokens
 from models.intent.features import FeatureConfig, featurize, normalize
 from tests.intent import reference_cues, reference_features
 
@@ -47,11 +47,16 @@ def _shipped_texts() -> list[str]:
 
 
 TEXTS = _shipped_texts()
-# The shipped features of the held-out file and EDGE_CASES, as the code before the rewrite (commit f15c641)
-# computed them: the model was trained on that code.
-SHIPPED_FEATURES_DIGEST = "a14c01021eb946df47637f8833be14dc54d1546a5f20301d9049ed66f435ad16"
+# The features of the held-out file and EDGE_CASES per cue vocabulary version. Version 1: as the code before
+# the rewrite (commit f15c641) computed them, which models with version 1 cards were trained on. Version 2:
+# as first computed with that vocabulary.
+FEATURES_DIGESTS = {
+    1: "a14c01021eb946df47637f8833be14dc54d1546a5f20301d9049ed66f435ad16",
+    2: "fe8f1190306907c32300c48d81bb459e725921ad397c7d783ed09caea4e547ae",
+}
 CONFIGS = {
     "shipped": FeatureConfig(),
+    "cue-version-1": FeatureConfig(cue_version=1),
     "version-2": FeatureConfig(version=2),
     "odd": FeatureConfig(dim=1000, char_ngrams=(3, 1, 2), norm_power=0.7, whole_weight=0.4, ask_weight=1.5,
                          cue_weight=0.8),
@@ -75,13 +80,14 @@ def test_featurize_matches_the_specification(name: str) -> None:
         assert np.array_equal(val, ref_val), text[:80]
 
 
-def test_cues_match_the_specification() -> None:
+@pytest.mark.parametrize("version", CUE_VERSIONS)
+def test_cues_match_the_specification(version: int) -> None:
     for text in TEXTS[1::4]:
         norm = normalize(text)
-        assert cue_tokens(norm) == reference_cues.cue_tokens(norm), text[:80]
+        assert cue_tokens(norm, version) == reference_cues.cue_tokens(norm, version), text[:80]
 
 
-def _features_digest() -> str:
+def _features_digest(cue_version: int) -> str:
     """sha256 of the shipped configuration's features of the held-out file and the edge cases (values
     rounded to 5 decimals: another CPU's BLAS may differ in a float's last bit)."""
     path = ROOT / "models" / "intent" / "data" / "heldout" / "kiosk_heldout_test.jsonl"
@@ -89,14 +95,24 @@ def _features_digest() -> str:
         texts = [json.loads(line)["text"] for line in fh if line.strip() and "text" in json.loads(line)]
     digest = hashlib.sha256()
     for text in texts + EDGE_CASES:
-        idx, val = featurize(text, FeatureConfig())
+        idx, val = featurize(text, FeatureConfig(cue_version=cue_version))
         digest.update(idx.astype("<i8").tobytes())
         digest.update(np.round(val.astype(np.float64), 5).astype("<f8").tobytes())
     return digest.hexdigest()
 
 
-def test_the_shipped_features_have_not_moved() -> None:
+@pytest.mark.parametrize("cue_version", CUE_VERSIONS)
+def test_the_features_of_each_cue_version_have_not_moved(cue_version: int) -> None:
     """What the specification imports from the module (configuration, normalisation, hash constants,
-    final ask) is checked here: the features the shipped model reads are the ones it was trained on.
-    A change that moves them needs a retrained model, and then a new digest."""
-    assert _features_digest() == SHIPPED_FEATURES_DIGEST
+    final ask, cue tables) is checked here: a model reads the features it was trained on, whichever cue
+    vocabulary its card names. A change that moves them needs a new version (or a retrained model)."""
+    assert _features_digest(cue_version) == FEATURES_DIGESTS[cue_version]
+
+
+def test_a_card_without_a_cue_version_reads_version_1_and_an_unknown_one_is_refused() -> None:
+    card = FeatureConfig().to_dict()
+    assert card["cue_version"] == max(CUE_VERSIONS)
+    del card["cue_version"]
+    assert FeatureConfig.from_dict(card).cue_version == 1
+    with pytest.raises(ValueError, match="cue vocabulary version 99"):
+        FeatureConfig.from_dict({**card, "cue_version": 99})
