@@ -15,10 +15,11 @@ The lists name domains, not training sentences: they were written from general v
 checks that each cue fires on a plain example in both languages.
 
 Versions: a model learns the weights of the cues its trainer computed, so the vocabulary is versioned and the
-model card names its version (``FeatureConfig.cue_version``). Version 1 is ``_CUES`` with digits and Chinese
-numerals; version 2 adds ``_ADDED_IN_2`` (algorithm names, liability and insurance words, choosing between
-options) and English number words from "two" up, which voice transcripts use instead of digits. Each version's
-tables are built once; a model of either version is featurised exactly as it was trained.
+feature version names it (``FeatureConfig.cue_version``: feature version 4 reads vocabulary 2). Version 1 is
+``_CUES`` with digits and Chinese numerals; version 2 adds ``_ADDED_IN_2`` (algorithm names, liability and
+insurance words, choosing between options) and English number words from "two" up, which voice transcripts use
+instead of digits. Each version's tables are built once; a model of either version is featurised exactly as it
+was trained.
 """
 
 from __future__ import annotations
@@ -150,7 +151,7 @@ _ADDED_IN_2: dict[str, _Cue] = {
         ("哪个更好", "选哪个", "怎么选"),
     ),
 }
-CUE_VERSION = 2  # what the trainer writes into a new model's card
+CUE_VERSION = 2  # the newest vocabulary (feature version 4 reads it)
 CUE_VERSIONS = (1, 2)
 
 

@@ -27,11 +27,14 @@ from itertools import pairwise
 import numpy as np
 
 from models.intent.ask import final_ask
-from models.intent.cues import CUE_VERSION, CUE_VERSIONS, cue_tokens
+from models.intent.cues import cue_tokens
 
-FEATURE_VERSION = 3
+FEATURE_VERSION = 4
 # Version 2 models (whole message only) still load: their card has no ask view and ``featurize`` skips it.
-SUPPORTED_VERSIONS = (2, 3)
+# Version 4 is version 3's layout read with the second cue vocabulary (``models.intent.cues``). It is a feature
+# version of its own, not only a card field, so that a runtime older than the vocabulary refuses such a model
+# (its version check) instead of featurising it with cues it was not trained on.
+SUPPORTED_VERSIONS = (2, 3, 4)
 
 # Style punctuation: removed so that it cannot become a label signal. '.' is only removed at a sentence
 # end (it means something inside "3.14" or "os.path").
@@ -89,8 +92,11 @@ class FeatureConfig:
     whole_weight: float = 0.25
     cue_weight: float = 1.0  # difficulty cues (``models.intent.cues``) of the whole message and of the ask
     version: int = FEATURE_VERSION
-    # The cue vocabulary's version (``models.intent.cues``); a card without one was trained on version 1.
-    cue_version: int = CUE_VERSION
+
+    @property
+    def cue_version(self) -> int:
+        """The cue vocabulary this feature version reads: 2 from feature version 4, 1 before."""
+        return 2 if self.version >= 4 else 1
 
     def to_dict(self) -> dict:
         data = {
@@ -113,10 +119,7 @@ class FeatureConfig:
         version = int(data.get("version", FEATURE_VERSION))
         if version not in SUPPORTED_VERSIONS:
             raise ValueError(f"model uses feature version {version}, runtime implements {SUPPORTED_VERSIONS}")
-        cue_version = int(data.get("cue_version", 1))
-        if cue_version not in CUE_VERSIONS:
-            raise ValueError(f"model uses cue vocabulary version {cue_version}, runtime implements {CUE_VERSIONS}")
-        return cls(
+        config = cls(
             dim=int(data["dim"]),
             char_ngrams=tuple(int(n) for n in data["char_ngrams"]),
             max_chars=int(data["max_chars"]),
@@ -126,8 +129,11 @@ class FeatureConfig:
             whole_weight=float(data.get("whole_weight", 0.25)),
             cue_weight=float(data.get("cue_weight", 1.0)),
             version=version,
-            cue_version=cue_version,
         )
+        if "cue_version" in data and int(data["cue_version"]) != config.cue_version:
+            raise ValueError(f"model card names cue vocabulary {data['cue_version']} with feature version {version}, "
+                             f"which reads vocabulary {config.cue_version}")
+        return config
 
 
 def normalize(text: str) -> str:

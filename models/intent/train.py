@@ -216,15 +216,6 @@ def _source_holdout(rows: list[ds.Row], train_idx: np.ndarray, design: _Design, 
     return result
 
 
-def _model_digest(data_digest: str, fc: FeatureConfig) -> str:
-    """What names a model: its training rows and the features it reads. The same rows featurised with another
-    cue vocabulary give other weights, so two such models must not share a version; the default configuration
-    of the first cue vocabulary keeps the data digest alone, so models trained before it keep their versions."""
-    if fc == FeatureConfig(cue_version=1):
-        return data_digest
-    return hashlib.sha256(f"{data_digest}\n{json.dumps(fc.to_dict(), sort_keys=True)}".encode()).hexdigest()
-
-
 def _write_card(card: dict, out: Path) -> None:
     text = json.dumps(card, ensure_ascii=False, indent=2, sort_keys=True) + "\n"
     (out / CARD_FILE).write_text(text, encoding="utf-8")
@@ -314,7 +305,7 @@ def train_intent(
 
     bias -= logit(th.decision_p_complex)
     data_digest = ds.digest(train)
-    version = f"{MODEL_VERSION_MAJOR}.{fc.version}.{_model_digest(data_digest, fc)[:12]}"
+    version = f"{MODEL_VERSION_MAJOR}.{fc.version}.{data_digest[:12]}"
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -47,16 +47,16 @@ def _shipped_texts() -> list[str]:
 
 
 TEXTS = _shipped_texts()
-# The features of the held-out file and EDGE_CASES per cue vocabulary version. Version 1: as the code before
-# the rewrite (commit f15c641) computed them, which models with version 1 cards were trained on. Version 2:
+# The features of the held-out file and EDGE_CASES per feature version. Version 3: as the code before the
+# rewrite (commit f15c641) computed them, which version 3 models were trained on. Version 4 (cue vocabulary 2):
 # as first computed with that vocabulary.
 FEATURES_DIGESTS = {
-    1: "a14c01021eb946df47637f8833be14dc54d1546a5f20301d9049ed66f435ad16",
-    2: "fe8f1190306907c32300c48d81bb459e725921ad397c7d783ed09caea4e547ae",
+    3: "a14c01021eb946df47637f8833be14dc54d1546a5f20301d9049ed66f435ad16",
+    4: "fe8f1190306907c32300c48d81bb459e725921ad397c7d783ed09caea4e547ae",
 }
 CONFIGS = {
     "shipped": FeatureConfig(),
-    "cue-version-1": FeatureConfig(cue_version=1),
+    "version-3": FeatureConfig(version=3),
     "version-2": FeatureConfig(version=2),
     "odd": FeatureConfig(dim=1000, char_ngrams=(3, 1, 2), norm_power=0.7, whole_weight=0.4, ask_weight=1.5,
                          cue_weight=0.8),
@@ -87,7 +87,7 @@ def test_cues_match_the_specification(version: int) -> None:
         assert cue_tokens(norm, version) == reference_cues.cue_tokens(norm, version), text[:80]
 
 
-def _features_digest(cue_version: int) -> str:
+def _features_digest(version: int) -> str:
     """sha256 of the shipped configuration's features of the held-out file and the edge cases (values
     rounded to 5 decimals: another CPU's BLAS may differ in a float's last bit)."""
     path = ROOT / "models" / "intent" / "data" / "heldout" / "kiosk_heldout_test.jsonl"
@@ -95,24 +95,27 @@ def _features_digest(cue_version: int) -> str:
         texts = [json.loads(line)["text"] for line in fh if line.strip() and "text" in json.loads(line)]
     digest = hashlib.sha256()
     for text in texts + EDGE_CASES:
-        idx, val = featurize(text, FeatureConfig(cue_version=cue_version))
+        idx, val = featurize(text, FeatureConfig(version=version))
         digest.update(idx.astype("<i8").tobytes())
         digest.update(np.round(val.astype(np.float64), 5).astype("<f8").tobytes())
     return digest.hexdigest()
 
 
-@pytest.mark.parametrize("cue_version", CUE_VERSIONS)
-def test_the_features_of_each_cue_version_have_not_moved(cue_version: int) -> None:
+@pytest.mark.parametrize("version", sorted(FEATURES_DIGESTS))
+def test_the_features_of_each_version_have_not_moved(version: int) -> None:
     """What the specification imports from the module (configuration, normalisation, hash constants,
-    final ask, cue tables) is checked here: a model reads the features it was trained on, whichever cue
-    vocabulary its card names. A change that moves them needs a new version (or a retrained model)."""
-    assert _features_digest(cue_version) == FEATURES_DIGESTS[cue_version]
+    final ask, cue tables) is checked here: a model reads the features it was trained on, whichever version
+    its card names. A change that moves them needs a new version (or a retrained model)."""
+    assert _features_digest(version) == FEATURES_DIGESTS[version]
 
 
-def test_a_card_without_a_cue_version_reads_version_1_and_an_unknown_one_is_refused() -> None:
+def test_the_feature_version_names_the_cue_vocabulary_and_a_contradiction_is_refused() -> None:
     card = FeatureConfig().to_dict()
-    assert card["cue_version"] == max(CUE_VERSIONS)
+    assert card["version"] == 4 and card["cue_version"] == max(CUE_VERSIONS) == 2
     del card["cue_version"]
-    assert FeatureConfig.from_dict(card).cue_version == 1
-    with pytest.raises(ValueError, match="cue vocabulary version 99"):
-        FeatureConfig.from_dict({**card, "cue_version": 99})
+    assert FeatureConfig.from_dict(card).cue_version == 2
+    assert FeatureConfig.from_dict({**card, "version": 3}).cue_version == 1
+    with pytest.raises(ValueError, match="cue vocabulary 1 with feature version 4"):
+        FeatureConfig.from_dict({**card, "cue_version": 1})
+    with pytest.raises(ValueError, match="feature version 5"):
+        FeatureConfig.from_dict({**card, "version": 5})
