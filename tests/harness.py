@@ -22,7 +22,7 @@ import uvicorn
 
 from bench.local_run import free_port
 from edge.app import create_app
-from edge.config import Settings
+from edge.config import ENV_PREFIX, Settings
 from edge.limits import guarded_protocol
 
 
@@ -60,7 +60,7 @@ class GatewayHandle:
 # Set by tests/conftest.py when pytest-xdist runs several workers: each llama.cpp context then gets its
 # share of the cores instead of all of them (see ``worker_threads``). It is the product's own
 # ``[edge] n_threads`` override, so gateways the tests start as subprocesses take the share too.
-THREADS_ENV = "EDGECLOUD_EDGE_N_THREADS"
+THREADS_ENV = f"{ENV_PREFIX}EDGE_N_THREADS"
 
 
 def worker_threads() -> int | None:

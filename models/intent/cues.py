@@ -25,7 +25,7 @@ was trained.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -171,7 +171,7 @@ def _vocabulary(version: int) -> dict[str, _Cue]:
 _EN_WORD_RE = re.compile(r"[a-z0-9+'-]+")
 _CJK_RE = re.compile(r"[\u3400-\u9fff]")
 # Any character a number can start with: a cheap scan that spares most texts the two-branch one below.
-_NUMERAL = r"[\d零一二两三四五六七八九十百千万亿半]"
+_NUMERAL_RE = re.compile(r"[\d零一二两三四五六七八九十百千万亿半]")
 _NUMBER = (r"\d+(?:[.,]\d+)?|[零一二两三四五六七八九十百千万亿半]+"
            r"(?=[个只块元岁天年月小时分钟公里米斤克度人次本张件辆层楼号%％])")
 # English number words from two up (version 2): "one" is mostly a pronoun.
@@ -191,19 +191,24 @@ _Phrases = dict[str, tuple[tuple[str, tuple[str, ...]], ...]]
 class CueTables:
     """One version's lookup tables for all domains, so a text is scanned once, not once per domain: word ->
     domains, (prefix, domain) pairs, first word of an English phrase -> (domain, phrase words) in domain order,
-    one pattern for the Chinese terms (each domain a named group), and the number patterns."""
+    one pattern for the Chinese terms (each domain a named group), and the number pattern. The last three
+    fields are views of the others, kept because ``cue_tokens`` tests against them per request."""
 
     names: tuple[str, ...]
     words: dict[str, tuple[str, ...]]
     prefix_cues: tuple[tuple[str, str], ...]
     phrases_by_first: _Phrases
     zh_re: re.Pattern[str]
-    numeral_re: re.Pattern[str]  # digits and Chinese numerals: the cheap first test for numbers
     number_re: re.Pattern[str]
     number_words: frozenset[str]  # the English number words ``number_re`` finds (version 2)
-    cue_words: frozenset[str]
-    phrase_firsts: frozenset[str]
-    prefixes: tuple[str, ...]
+    cue_words: frozenset[str] = field(init=False)
+    phrase_firsts: frozenset[str] = field(init=False)
+    prefixes: tuple[str, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "cue_words", frozenset(self.words))
+        object.__setattr__(self, "phrase_firsts", frozenset(self.phrases_by_first))
+        object.__setattr__(self, "prefixes", tuple(prefix for prefix, _ in self.prefix_cues))
 
 
 def _compile(version: int) -> CueTables:
@@ -224,8 +229,7 @@ def _compile(version: int) -> CueTables:
     )
     number, number_words = (_NUMBER, frozenset()) if version == 1 else (f"{_NUMBER}|{_EN_NUMBERS}", _EN_NUMBER_WORDS)
     return CueTables(tuple(vocabulary), words, prefixes, {k: tuple(v) for k, v in phrases.items()}, re.compile(zh),
-                     re.compile(_NUMERAL), re.compile(number), number_words, frozenset(words), frozenset(phrases),
-                     tuple(prefix for prefix, _ in prefixes))
+                     re.compile(number), number_words)
 
 
 TABLES = {version: _compile(version) for version in CUE_VERSIONS}
@@ -270,7 +274,7 @@ def cue_tokens(norm: str, version: int = CUE_VERSION) -> list[str]:
     tokens = [f"cue:{name}" for name in t.names if name in found]
     # ``number_re`` only where a number may be: an alternation of words tried at every position of a long
     # message costs more than the rest of the cues; the two tests find every text it finds something in.
-    maybe = t.numeral_re.search(norm) is not None or (
+    maybe = _NUMERAL_RE.search(norm) is not None or (
         bool(t.number_words) and not t.number_words.isdisjoint(_ASCII_RUN_RE.findall(norm)))
     numbers = len(set(t.number_re.findall(norm))) if maybe else 0
     tokens.append(f"number:{min(numbers, 4)}")
