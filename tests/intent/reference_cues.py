@@ -1,10 +1,22 @@
 """The difficulty-cue scan as it was before its rewrite, kept as the specification for
 ``models.intent.cues.cue_tokens`` (see ``reference_features``): one loop step per word. The domain
-vocabularies and each version's lookup tables are the module's own, imported."""
+vocabularies and each version's word tables are the module's own, imported; the Chinese terms are one plain
+alternation, without the module's first-character prefilter."""
 
 from __future__ import annotations
 
-from models.intent.cues import _CJK_RE, _EN_WORD_RE, CUE_VERSION, TABLES, CueTables
+import re
+from functools import cache
+
+from models.intent.cues import _CJK_RE, _EN_WORD_RE, CUE_VERSION, TABLES, CueTables, _vocabulary
+
+
+@cache
+def _zh_re(version: int) -> re.Pattern[str]:
+    return re.compile("|".join(
+        f"(?P<{name}>{'|'.join([*(re.escape(t) for t in cue.zh), *([cue.zh_re] if cue.zh_re else [])])})"
+        for name, cue in _vocabulary(version).items() if cue.zh or cue.zh_re
+    ))
 
 
 def _phrase_cues(words: list[str], t: CueTables) -> set[str]:
@@ -39,7 +51,7 @@ def cue_tokens(norm: str, version: int = CUE_VERSION) -> list[str]:
     if word_list:
         found |= _phrase_cues(word_list, t)
     if _CJK_RE.search(norm) is not None:
-        found.update(m.lastgroup for m in t.zh_re.finditer(norm) if m.lastgroup)
+        found.update(m.lastgroup for m in _zh_re(version).finditer(norm) if m.lastgroup)
     tokens = [f"cue:{name}" for name in t.names if name in found]
     numbers = len(set(t.number_re.findall(norm)))
     tokens.append(f"number:{min(numbers, 4)}")

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models.intent.cues import CUE_VERSIONS, cue_tokens
+from models.intent.cues import CUE_VERSIONS, TABLES, _Cue, _first_chars, cue_tokens
 from models.intent.features import FeatureConfig, featurize, normalize
 from tests.intent import reference_cues, reference_features
 
@@ -119,3 +119,25 @@ def test_the_feature_version_names_the_cue_vocabulary_and_a_contradiction_is_ref
         FeatureConfig.from_dict({**card, "cue_version": 1})
     with pytest.raises(ValueError, match="feature version 5"):
         FeatureConfig.from_dict({**card, "version": 5})
+
+
+@pytest.mark.parametrize("version", CUE_VERSIONS)
+def test_the_chinese_prefilter_keeps_every_match(version: int) -> None:
+    """The first-character lookahead of the Chinese terms admits every position a term matches at: the
+    same matches, spans and domains as the plain alternation, on every shipped text."""
+    plain = reference_cues._zh_re(version)
+    fast = TABLES[version].zh_re
+    assert fast.pattern != plain.pattern
+    for text in TEXTS:
+        norm = normalize(text)
+        assert [(m.span(), m.lastgroup) for m in fast.finditer(norm)] == \
+               [(m.span(), m.lastgroup) for m in plain.finditer(norm)], text[:80]
+
+
+def test_a_chinese_term_pattern_must_start_plainly() -> None:
+    """A branch the prefilter cannot read the first character of is refused when the tables are built."""
+    assert _first_chars(_Cue(frozenset(), zh=("药店",), zh_re=r"(?<!小)程序|(?<![免退])税")) == {"药", "程", "税"}
+    with pytest.raises(ValueError, match="plain character"):
+        _first_chars(_Cue(frozenset(), zh_re=r"[甲乙]方"))
+    with pytest.raises(ValueError, match="plain character"):
+        _first_chars(_Cue(frozenset(), zh_re=r"(?:合同)"))
