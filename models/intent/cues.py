@@ -25,8 +25,10 @@ was trained.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from itertools import compress, count
+from itertools import compress, count, pairwise
+from operator import methodcaller
 
 
 @dataclass(frozen=True)
@@ -192,8 +194,9 @@ _Phrases = dict[str, tuple[tuple[str, tuple[str, ...]], ...]]
 class CueTables:
     """One version's lookup tables for all domains, so a text is scanned once, not once per domain: word ->
     domains, (prefix, domain) pairs, first word of an English phrase -> (domain, phrase words) in domain order,
-    one pattern for the Chinese terms (each domain a named group), and the number pattern. The last three
-    fields are views of the others, kept because ``cue_tokens`` tests against them per request."""
+    one pattern for the Chinese terms (each domain a named group), and the number pattern. The fields after
+    ``number_words`` are views of the others, derived here because ``cue_tokens`` tests against them per
+    request."""
 
     names: tuple[str, ...]
     words: dict[str, tuple[str, ...]]
@@ -205,11 +208,18 @@ class CueTables:
     cue_words: frozenset[str] = field(init=False)
     phrase_firsts: frozenset[str] = field(init=False)
     prefixes: tuple[str, ...] = field(init=False)
+    starts_with_prefix: Callable[[str], bool] = field(init=False)  # ``filter`` calls it in C, no frame per word
+    phrase_pairs: frozenset[tuple[str, str]] = field(init=False)  # the first two words of every phrase
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "cue_words", frozenset(self.words))
         object.__setattr__(self, "phrase_firsts", frozenset(self.phrases_by_first))
         object.__setattr__(self, "prefixes", tuple(prefix for prefix, _ in self.prefix_cues))
+        object.__setattr__(self, "starts_with_prefix", methodcaller("startswith", self.prefixes))
+        pairs = [parts[:2] for options in self.phrases_by_first.values() for _, parts in options]
+        if any(len(pair) < 2 for pair in pairs):
+            raise ValueError("every English cue phrase needs two words or more (one word is a cue word)")
+        object.__setattr__(self, "phrase_pairs", frozenset(pairs))
 
 
 _LOOKBEHIND_RE = re.compile(r"\(\?<[!=][^()]*\)")
@@ -284,19 +294,20 @@ def _compile(version: int) -> CueTables:
 TABLES = {version: _compile(version) for version in CUE_VERSIONS}
 
 
-def _phrase_cues(words: list[str], phrases_by_first: _Phrases) -> set[str]:
+def _phrase_cues(words: list[str], t: CueTables) -> set[str]:
     """Domains whose English phrases occur as whole words, left to right without overlap (the first
     phrase in domain order wins at a position, and the scan resumes after it). A dictionary of first
     words instead of one regular expression over the joined text: the alternation of every phrase, tried
-    at every space, cost a fifth of a kiosk request's feature time. Only the positions of first words are
-    visited, found in C (``compress``): a Python step per word cost 30 us on a chatty message, and first
-    words such as "in" and "or" are in most English requests."""
+    at every space, cost a fifth of a kiosk request's feature time. Only the positions whose first two
+    words begin a phrase are visited (every phrase has two words or more), found in C (``compress``): a
+    Python step per word, or per first word such as "in" and "or", cost 30 us on a chatty message."""
     found: set[str] = set()
     resume = 0
-    for i in compress(count(), map(phrases_by_first.__contains__, words)):
+    starts = map(t.phrase_pairs.__contains__, pairwise(words))
+    for i in compress(count(), starts):
         if i < resume:
             continue
-        for name, parts in phrases_by_first[words[i]]:
+        for name, parts in t.phrases_by_first[words[i]]:
             if tuple(words[i : i + len(parts)]) == parts:
                 found.add(name)
                 resume = i + len(parts)
@@ -316,10 +327,10 @@ def cue_tokens(norm: str, version: int = CUE_VERSION) -> list[str]:
     found: set[str] = set()
     for word in t.cue_words.intersection(word_list):
         found.update(t.words[word])
-    for word in [w for w in word_list if w.startswith(t.prefixes)]:
+    for word in filter(t.starts_with_prefix, word_list):
         found.update(name for prefix, name in t.prefix_cues if word.startswith(prefix))
     if not t.phrase_firsts.isdisjoint(word_list):
-        found |= _phrase_cues(word_list, t.phrases_by_first)
+        found |= _phrase_cues(word_list, t)
     if _CJK_RE.search(norm) is not None:
         found.update(m.lastgroup for m in t.zh_re.finditer(norm) if m.lastgroup)
     tokens = [f"cue:{name}" for name in t.names if name in found]

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models.intent.cues import CUE_VERSIONS, TABLES, _Cue, _first_chars, cue_tokens
+from models.intent.cues import CUE_VERSIONS, TABLES, CueTables, _Cue, _first_chars, cue_tokens
 from models.intent.features import FeatureConfig, featurize, normalize
 from tests.intent import reference_cues, reference_features
 
@@ -141,3 +141,12 @@ def test_a_chinese_term_pattern_must_start_plainly() -> None:
         _first_chars(_Cue(frozenset(), zh_re=r"[甲乙]方"))
     with pytest.raises(ValueError, match="plain character"):
         _first_chars(_Cue(frozenset(), zh_re=r"(?:合同)"))
+
+
+def test_a_one_word_cue_phrase_is_refused() -> None:
+    """Phrase positions are found by their first two words, so a phrase of one word could never be found."""
+    import re
+
+    with pytest.raises(ValueError, match="two words"):
+        CueTables(("code",), {}, (), {"regex": (("code", ("regex",)),)}, re.compile("x"), re.compile("1"),
+                  frozenset())
