@@ -26,6 +26,8 @@ from pathlib import Path
 
 AUGMENT_DIR = Path(__file__).resolve().parent / "data" / "augment"
 KINDS = ("chatty", "voice", "light")
+HEAVY_SHARE = 0.25  # chatty variants whose preamble names a hard-sounding topic
+AFTER_SHARE = 0.1  # chatty variants with such a story after the request
 
 _FILLERS_EN = ("um", "uh", "like", "you know", "so", "yeah", "okay so", "i mean", "uhh", "hmm")
 _FILLERS_ZH = ("那个", "就是", "嗯", "然后", "呃", "这个", "对", "就是说", "那个那个", "啊")
@@ -44,6 +46,8 @@ class Phrases:
 
     preambles: dict[str, tuple[str, ...]] = field(default_factory=dict)
     closers: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    heavy: dict[str, tuple[str, ...]] = field(default_factory=dict)  # background naming a hard-sounding topic
+    after: dict[str, tuple[str, ...]] = field(default_factory=dict)  # "I'm asking because …", after the request
 
     @classmethod
     def load(cls, directory: Path = AUGMENT_DIR) -> Phrases:
@@ -60,12 +64,16 @@ class Phrases:
         return cls(
             preambles={lang: read(f"preambles_{lang}.txt") for lang in langs},
             closers={lang: read(f"closers_{lang}.txt") for lang in langs},
+            heavy={lang: read(f"preambles_heavy_{lang}.txt") for lang in langs},
+            after={lang: read(f"after_heavy_{lang}.txt") for lang in langs},
         )
 
     def sources(self) -> dict[str, int]:
         """How many lines of each kind were read (for the model card)."""
         out = {f"preambles_{k}": len(v) for k, v in self.preambles.items()}
         out.update({f"closers_{k}": len(v) for k, v in self.closers.items()})
+        out.update({f"preambles_heavy_{k}": len(v) for k, v in self.heavy.items() if v})
+        out.update({f"after_heavy_{k}": len(v) for k, v in self.after.items() if v})
         return out
 
 
@@ -107,14 +115,30 @@ def light(text: str, lang: str, rng: random.Random) -> str:
 
 
 def chatty(text: str, lang: str, rng: random.Random, phrases: Phrases) -> str:
-    """One to three preamble sentences before the request and, half the time, a closer after it."""
+    """One to three preamble sentences before the request and, half the time, a closer after it.
+
+    With ``HEAVY_SHARE`` one preamble names a hard-sounding topic (an illness, a court case, a visa, a coding
+    course), and with ``AFTER_SHARE`` such a story follows the request instead of a closer: visitors tell
+    these stories around easy questions, and because every label gets them alike, the words of the story
+    carry no label signal; only the request does.
+    """
     script = _script(lang, text)
     pre = phrases.preambles.get(script) or ()
     post = phrases.closers.get(script) or ()
+    heavy = phrases.heavy.get(script) or ()
+    after = phrases.after.get(script) or ()
     parts = [rng.choice(pre) for _ in range(rng.randint(1, 3))] if pre else []
+    if heavy and rng.random() < HEAVY_SHARE:
+        story = rng.choice(heavy)
+        if parts:
+            parts[rng.randrange(len(parts))] = story
+        else:
+            parts = [story]
     joiner = "" if script == "zh" else " "
     out = joiner.join([*parts, text])
-    if post and rng.random() < 0.5:
+    if after and rng.random() < AFTER_SHARE:
+        out = out + joiner + rng.choice(after)
+    elif post and rng.random() < 0.5:
         out = out + joiner + rng.choice(post)
     return out
 

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from models.intent.ask import final_ask
-from models.intent.augment import KINDS, Phrases, variant
+from models.intent.augment import AFTER_SHARE, HEAVY_SHARE, KINDS, Phrases, chatty, variant
 from models.intent.cues import CUE_NAMES, cue_tokens
 from models.intent.features import FeatureConfig, featurize, normalize
 
@@ -110,3 +110,20 @@ def test_version_2_models_still_featurise_as_before() -> None:
     assert FeatureConfig.from_dict(v3.to_dict()) == v3
     with pytest.raises(ValueError):
         FeatureConfig.from_dict({**v3.to_dict(), "version": 1})
+
+
+def test_chatty_variants_tell_hard_sounding_stories_around_the_request() -> None:
+    """Half the chatty variants carry a story naming an illness, a court case, a visa or the like, and a fifth
+    add one after the request; the request stays whole, and no story asks anything itself."""
+    phrases = Phrases.load()
+    for lang in ("en", "zh"):
+        assert len(phrases.heavy[lang]) >= 100 and len(phrases.after[lang]) >= 50
+        assert not any(mark in line for line in phrases.heavy[lang] + phrases.after[lang] for mark in "?？")
+    rng = random.Random(5)
+    request = "Where is the pharmacy?"
+    outs = [chatty(request, "en", rng, phrases) for _ in range(1000)]
+    assert all(request in out for out in outs)
+    with_story = sum(any(line in out for line in phrases.heavy["en"]) for out in outs) / len(outs)
+    story_after = sum(any(out.endswith(line) for line in phrases.after["en"]) for out in outs) / len(outs)
+    assert abs(with_story - HEAVY_SHARE) < 0.06 and abs(story_after - AFTER_SHARE) < 0.05
+    assert "药店在哪里？" in chatty("药店在哪里？", "zh", random.Random(1), phrases)
