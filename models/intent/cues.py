@@ -270,6 +270,8 @@ def zh_pattern(vocabulary: dict[str, _Cue]) -> str:
         for name, cue in vocabulary.items() if cue.zh or cue.zh_re
     )
     firsts = set().union(*(_first_chars(cue) for cue in vocabulary.values()))
+    if not firsts:
+        return "(?!)"  # no Chinese terms: a pattern that never matches
     return f"(?=[{''.join(re.escape(ch) for ch in sorted(firsts))}])(?:{alternation})"
 
 
