@@ -12,8 +12,9 @@ no wrapping can carry label signal:
 * ``light``: a typo or two and a greeting or thanks around the request.
 
 Preambles and closers are plain text files, one per line, in ``models/intent/data/augment/``
-(``preambles_en.txt``, ``preambles_zh.txt``, ``closers_en.txt``, ``closers_zh.txt``), written for this
-project; the trainer reads them once. Randomness comes from the caller's ``random.Random``, seeded per row,
+(``preambles_en.txt``, ``preambles_zh.txt``, ``closers_en.txt``, ``closers_zh.txt``, and the hard-sounding
+stories ``preambles_heavy_<lang>.txt`` and ``after_heavy_<lang>.txt`` that ``chatty`` mixes in), written for
+this project; the trainer reads them once. Randomness comes from the caller's ``random.Random``, seeded per row,
 so the same data and seed give the same variants.
 """
 

@@ -113,8 +113,8 @@ def test_version_2_models_still_featurise_as_before() -> None:
 
 
 def test_chatty_variants_tell_hard_sounding_stories_around_the_request() -> None:
-    """Half the chatty variants carry a story naming an illness, a court case, a visa or the like, and a fifth
-    add one after the request; the request stays whole, and no story asks anything itself."""
+    """A quarter of the chatty variants carry a story naming an illness, a court case, a visa or the like, and a
+    tenth add one after the request; the request stays whole, and no story asks anything itself."""
     phrases = Phrases.load()
     for lang in ("en", "zh"):
         assert len(phrases.heavy[lang]) >= 100 and len(phrases.after[lang]) >= 50
