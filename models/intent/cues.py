@@ -43,7 +43,7 @@ class _Cue:
     prefixes: tuple[str, ...] = ()
     phrases: tuple[str, ...] = ()  # matched against the space-padded English words of the text
     zh: tuple[str, ...] = ()  # Chinese substrings
-    zh_re: str = ""  # Chinese terms that need context (a lookahead or lookbehind)
+    zh_re: tuple[str, ...] = ()  # Chinese terms that need context (a lookahead or lookbehind), one pattern each
 
 
 def _w(text: str) -> frozenset[str]:
@@ -63,7 +63,7 @@ _CUES: dict[str, _Cue] = {
          "for loop", "while loop", "infinite loop", "sorting algorithm", "time complexity"),
         ("代码", "编程", "函数", "脚本", "报错", "正则", "算法", "数据库", "编译", "调试", "链表", "二叉树", "数组",
          "递归", "指针", "排序算法", "哈希", "时间复杂度", "单元测试", "死循环", "变量"),
-        r"(?<!小)程序",
+        (r"(?<!小)程序",),
     ),
     "medical": _Cue(
         _w("symptom symptoms dose dosage mg medication medications medicine medicines pill pills drug drugs ibuprofen "
@@ -76,7 +76,7 @@ _CUES: dict[str, _Cue] = {
         ("症状", "剂量", "孕妇", "怀孕", "过敏", "糖尿病", "高血压", "血压", "胰岛素", "抗生素", "布洛芬", "阿司匹林",
          "对乙酰氨基酚", "疼", "痛", "癌", "肿瘤", "咳嗽", "骨折", "头晕", "胸闷", "副作用", "挂什么科", "是什么病",
          "怎么治", "乙肝", "艾滋", "抑郁", "焦虑症", "中风", "心脏病", "哮喘", "癫痫", "结核", "化疗", "病史"),
-        r"药(?![店房])|炎(?!热)",
+        (r"药(?![店房])", r"炎(?!热)"),
     ),
     "legal": _Cue(
         _w("sue suing lawsuit lawyer attorney legal illegal law laws contract lease tenant landlord divorce custody "
@@ -95,7 +95,7 @@ _CUES: dict[str, _Cue] = {
         ("income tax", "tax return", "interest rate", "credit score", "monthly payment", "compound interest"),
         ("个税", "房贷", "贷款", "利息", "利率", "理财", "投资", "股票", "基金", "养老金", "复利", "月供", "收益率",
          "公积金"),
-        r"(?<![免退])税",
+        (r"(?<![免退])税",),
     ),
     "plan": _Cue(
         _w("plan planning itinerary budget optimise optimize"),
@@ -110,7 +110,7 @@ _CUES: dict[str, _Cue] = {
         ("cover letter", "press release"),
         ("帮我写", "作文", "文章", "诗", "演讲", "邮件", "总结", "摘要", "润色", "改写", "文案", "稿", "大纲", "读后感",
          "报告", "对联", "祝酒词"),
-        r"写(?=[一个篇封首段份出下点些]|代码|程序|作文|文章|诗|邮件|信|简历|报告|总结)",
+        (r"写(?=[一个篇封首段份出下点些]|代码|程序|作文|文章|诗|邮件|信|简历|报告|总结)",),
     ),
     "reason": _Cue(
         _w("prove proof solve puzzle riddle logic logical equation derive derivation theorem compare comparison "
@@ -226,53 +226,37 @@ _LOOKBEHIND_RE = re.compile(r"\(\?<[!=][^()]*\)")
 _METACHARS = frozenset("\\[](){}.*+?^$|")
 
 
-def _alternatives(fragment: str) -> list[str]:
-    """The top-level branches of a regular expression fragment (``|`` outside brackets and groups)."""
-    out, depth, start, in_class = [], 0, 0, False
-    for i, ch in enumerate(fragment):
-        if in_class:
-            in_class = ch != "]"
-        elif ch == "[":
-            in_class = True
-        elif ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-        elif ch == "|" and depth == 0:
-            out.append(fragment[start:i])
-            start = i + 1
-    return [*out, fragment[start:]]
-
-
 def _first_chars(cue: _Cue) -> set[str]:
-    """Every character a match of the domain's Chinese terms can start with. A ``zh_re`` branch may open
+    """Every character a match of the domain's Chinese terms can start with. A ``zh_re`` pattern may open
     with lookbehinds (they consume nothing) and must then name a plain character: anything else is
     refused here, so that the prefilter in ``zh_pattern`` can never drop a match."""
     chars = {term[0] for term in cue.zh}
-    for branch in _alternatives(cue.zh_re) if cue.zh_re else ():
-        rest = branch
+    for pattern in cue.zh_re:
+        rest = pattern
         while (lookbehind := _LOOKBEHIND_RE.match(rest)) is not None:
             rest = rest[lookbehind.end():]
         if not rest or rest[0] in _METACHARS:
-            raise ValueError(f"a zh_re branch must start with a plain character after its lookbehinds: {branch!r}")
+            raise ValueError(f"a zh_re pattern must start with a plain character after its lookbehinds: {pattern!r}")
         chars.add(rest[0])
     return chars
 
 
+def zh_alternation(vocabulary: dict[str, _Cue]) -> str:
+    """Every domain's Chinese terms as one alternation, each domain a named group (``lastgroup`` names it)."""
+    return "|".join(f"(?P<{name}>{'|'.join([*(re.escape(t) for t in cue.zh), *cue.zh_re])})"
+                    for name, cue in vocabulary.items() if cue.zh or cue.zh_re)
+
+
 def zh_pattern(vocabulary: dict[str, _Cue]) -> str:
-    """One pattern for every domain's Chinese terms, each domain a named group, behind a lookahead for the
-    characters a term can start with. Why the lookahead: without it ``re`` tries every branch of the
-    alternation (hundreds of terms) at every character of the text, about 0.7 us a character, the largest
-    cost of a Chinese request's features; with it a character no term starts with fails in one set test.
-    It consumes nothing and admits every position a branch could match at, so the matches are the same."""
-    alternation = "|".join(
-        f"(?P<{name}>{'|'.join([*(re.escape(t) for t in cue.zh), *([cue.zh_re] if cue.zh_re else [])])})"
-        for name, cue in vocabulary.items() if cue.zh or cue.zh_re
-    )
+    """``zh_alternation`` behind a lookahead for the characters a term can start with. Why the lookahead:
+    without it ``re`` tries every branch of the alternation (hundreds of terms) at every character of the
+    text, about 0.7 us a character, the largest cost of a Chinese request's features; with it a character no
+    term starts with fails in one set test. It consumes nothing and admits every position a branch could match
+    at, so the matches are the same."""
     firsts = set().union(*(_first_chars(cue) for cue in vocabulary.values()))
     if not firsts:
         return "(?!)"  # no Chinese terms: a pattern that never matches
-    return f"(?=[{''.join(re.escape(ch) for ch in sorted(firsts))}])(?:{alternation})"
+    return f"(?=[{''.join(re.escape(ch) for ch in sorted(firsts))}])(?:{zh_alternation(vocabulary)})"
 
 
 def _compile(version: int) -> CueTables:

@@ -8,15 +8,12 @@ from __future__ import annotations
 import re
 from functools import cache
 
-from models.intent.cues import _CJK_RE, _EN_WORD_RE, CUE_VERSION, TABLES, CueTables, _vocabulary
+from models.intent.cues import _CJK_RE, _EN_WORD_RE, CUE_VERSION, TABLES, CueTables, _vocabulary, zh_alternation
 
 
 @cache
 def _zh_re(version: int) -> re.Pattern[str]:
-    return re.compile("|".join(
-        f"(?P<{name}>{'|'.join([*(re.escape(t) for t in cue.zh), *([cue.zh_re] if cue.zh_re else [])])})"
-        for name, cue in _vocabulary(version).items() if cue.zh or cue.zh_re
-    ))
+    return re.compile(zh_alternation(_vocabulary(version)))
 
 
 def _phrase_cues(words: list[str], t: CueTables) -> set[str]:
