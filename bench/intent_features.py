@@ -4,8 +4,10 @@ The specification is the feature function the shipped model was trained on, kept
 ``tests/intent/reference_features.py`` (a test checks the two agree bit for bit). Both run on the same
 kiosk texts (the single-turn rows of ``models/intent/data``, up to 600 characters, as in
 ``bench.route_overhead``), interleaved text by text so that the machine's drift hits both alike; each
-text's time is the best of ``--repeat`` runs. Prints P50/P99 of each and the median per-text ratio,
-writes ``bench/results/intent_features.json``.
+text's time is the best of ``--repeat`` runs. The difficulty-cue scan is measured the same way against its
+own specification (``tests/intent/reference_cues.py``: a step per word, one plain alternation for the
+Chinese terms). Prints P50/P99 of each and the median per-text ratio, writes
+``bench/results/intent_features.json``.
 
     .venv/bin/python -m bench.intent_features [--repeat 5]
 """
@@ -18,43 +20,62 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from bench.percentile import percentile
 from bench.route_overhead import KIOSK_DATA, RESULTS, _texts
 
 
+def _interleaved(items: list, specification: Callable, fast: Callable, repeat: int) -> tuple[list[float], list[float]]:
+    """Per item, the best of ``repeat`` runs of each function, the two alternating (µs)."""
+    spec_us: list[float] = []
+    new_us: list[float] = []
+    clock = time.perf_counter
+    for item in items:
+        best_spec = best_new = float("inf")
+        for _ in range(repeat):
+            start = clock()
+            specification(item)
+            best_spec = min(best_spec, clock() - start)
+            start = clock()
+            fast(item)
+            best_new = min(best_new, clock() - start)
+        spec_us.append(best_spec * 1e6)
+        new_us.append(best_new * 1e6)
+    return spec_us, new_us
+
+
+def _stats(values: list[float]) -> dict:
+    return {"p50_us": percentile(values, 50), "p99_us": percentile(values, 99), "max_us": max(values),
+            "mean_us": statistics.fmean(values)}
+
+
+def _ratios(new_us: list[float], spec_us: list[float]) -> dict:
+    return {"median_ratio": statistics.median(n / s for n, s in zip(new_us, spec_us, strict=True)),
+            "p99_ratio": percentile(new_us, 99) / percentile(spec_us, 99)}
+
+
 def measure(repeat: int, limit: int | None = None) -> dict:
-    from models.intent.features import FeatureConfig, featurize
+    from models.intent.cues import cue_tokens
+    from models.intent.features import FeatureConfig, featurize, normalize
+    from tests.intent.reference_cues import cue_tokens as cue_specification
     from tests.intent.reference_features import featurize as specification
 
     texts = _texts(sorted(KIOSK_DATA.glob("kiosk_*.jsonl")), 600)[:limit]
     config = FeatureConfig()
-    spec_us: list[float] = []
-    new_us: list[float] = []
-    clock = time.perf_counter
-    for text in texts:
-        best_spec = best_new = float("inf")
-        for _ in range(repeat):
-            start = clock()
-            specification(text, config)
-            best_spec = min(best_spec, clock() - start)
-            start = clock()
-            featurize(text, config)
-            best_new = min(best_new, clock() - start)
-        spec_us.append(best_spec * 1e6)
-        new_us.append(best_new * 1e6)
-
-    def stats(values: list[float]) -> dict:
-        return {"p50_us": percentile(values, 50), "p99_us": percentile(values, 99), "max_us": max(values)}
-
+    spec_us, new_us = _interleaved(texts, lambda t: specification(t, config), lambda t: featurize(t, config), repeat)
+    # The difficulty-cue scan alone (one call per view in ``featurize``), on the normalised texts.
+    norms = [normalize(text) for text in texts]
+    cue_spec_us, cue_new_us = _interleaved(norms, cue_specification, cue_tokens, repeat)
     return {
         "texts": len(texts),
         "repeat": repeat,
-        "specification": stats(spec_us),
-        "featurize": stats(new_us),
-        "median_ratio": statistics.median(n / s for n, s in zip(new_us, spec_us, strict=True)),
-        "p99_ratio": percentile(new_us, 99) / percentile(spec_us, 99),
+        "specification": _stats(spec_us),
+        "featurize": _stats(new_us),
+        **_ratios(new_us, spec_us),
+        "cues": {"specification": _stats(cue_spec_us), "cue_tokens": _stats(cue_new_us),
+                 **_ratios(cue_new_us, cue_spec_us)},
         "machine": {"cpus": os.cpu_count()},
     }
 
@@ -73,6 +94,11 @@ def main(argv: list[str] | None = None) -> int:
         s = report[name]
         print(f"  {name:14} p50 {s['p50_us']:7.1f} us   p99 {s['p99_us']:7.1f} us   max {s['max_us']:7.1f} us")
     print(f"  featurize / specification: median per text {report['median_ratio']:.3f}, P99 {report['p99_ratio']:.3f}")
+    cues = report["cues"]
+    for name in ("specification", "cue_tokens"):
+        s = cues[name]
+        print(f"  cues: {name:14} mean {s['mean_us']:6.1f} us   p50 {s['p50_us']:6.1f} us   p99 {s['p99_us']:6.1f} us")
+    print(f"  cue_tokens / specification: median per text {cues['median_ratio']:.3f}, P99 {cues['p99_ratio']:.3f}")
     print(f"wrote {args.out}")
     return 0
 

@@ -16,4 +16,7 @@ def test_smoke_run_writes_both_sides(tmp_path: Path, capsys) -> None:
     for side in ("specification", "featurize"):
         assert 0 < report[side]["p50_us"] <= report[side]["p99_us"] <= report[side]["max_us"]
     assert report["median_ratio"] > 0
-    assert "featurize / specification" in capsys.readouterr().out
+    for side in ("specification", "cue_tokens"):
+        assert 0 < report["cues"][side]["p50_us"] <= report["cues"][side]["p99_us"]
+    printed = capsys.readouterr().out
+    assert "featurize / specification" in printed and "cue_tokens / specification" in printed
