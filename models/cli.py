@@ -36,7 +36,8 @@ def _eval_intent(args: argparse.Namespace) -> int:
 
     providers = [args.provider] if args.provider else None
     try:
-        report = evaluate(args.data, model_dir=args.model, split=args.split, providers=providers, url=args.url)
+        report = evaluate(args.data, model_dir=args.model, split=args.split, providers=providers, url=args.url,
+                          seen_data=args.seen_data or ())
     except (FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -84,6 +85,10 @@ def _register_intent(msub: argparse._SubParsersAction) -> None:
     ev.add_argument("--url", default=None, metavar="URL",
                     help="take the routes from a running gateway's POST /v1/route (the whole policy; "
                          "multi-turn rows sent as conversations)")
+    ev.add_argument("--seen-data", nargs="+", default=None, metavar="PATH",
+                    help="the model's training data (the paths given to train-intent --data): single-turn rows "
+                         "whose text is also there are left out and counted, so the figures are on text the "
+                         "model never read")
     ev.set_defaults(func=_eval_intent)
 
 

@@ -105,12 +105,19 @@ def evaluate(
     providers: list[str] | None = None,
     max_errors: int = 15,
     url: str | None = None,
+    seen_data: Sequence[str | Path] = (),
 ) -> dict:
     """Classify every row of ``data`` and return the report (see ``format_report``).
 
     Routing figures apply the card's confidence threshold the way the policy does, and count multi-turn
     rows as routed to the cloud by rule. With ``url``, the routes come from a running gateway's
     ``POST /v1/route`` instead (multi-turn rows sent as conversations), so the whole policy is measured.
+
+    ``seen_data`` is what the model may have been trained on (the paths given to ``train-intent --data``,
+    read the way training reads them). Single-turn rows whose text is also there are left out and counted:
+    sets written by different hands share canonical questions ("What is the capital of Canada?"), and a
+    model scored on text it learned from overstates itself. Conversations stay: the policy routes them by
+    turn count, not the model.
     """
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}")
@@ -118,6 +125,14 @@ def evaluate(
     all_rows, load = ds.load_rows(files, keep_multi_turn=True)
     if split != "all":
         all_rows = [r for r in all_rows if ds.is_dev(r.text) == (split == "dev")]
+    seen_files = ds.expand_paths(seen_data) if seen_data else []
+    left_out_seen = 0
+    if seen_files:
+        seen_rows, _ = ds.load_rows(seen_files)
+        seen = {ds.text_key(r.text) for r in seen_rows}
+        kept = [r for r in all_rows if r.multi_turn or ds.text_key(r.text) not in seen]
+        left_out_seen = len(all_rows) - len(kept)
+        all_rows = kept
     rows = [r for r in all_rows if not r.multi_turn]
     if not rows:
         raise ValueError("no rows to evaluate")
@@ -155,6 +170,8 @@ def evaluate(
             "multi_turn_rows": len(all_rows) - len(rows),
             "skipped_multi_turn": load.skipped_multi_turn,
             "skipped_duplicates": load.skipped_duplicates,
+            "seen_files": [str(f) for f in seen_files],
+            "left_out_seen": left_out_seen,
         },
         "overall": summarize(truth, preds),
         "routing": routing_recall(truth, p_complex, threshold),
@@ -205,6 +222,8 @@ def format_report(report: dict) -> str:
         f"{report['data']['rows']} rows (split={report['data']['split']}, "
         f"{report['data']['skipped_multi_turn']} multi-turn rows skipped: "
         "the policy routes those by turn count)",
+        *([f"{report['data']['left_out_seen']} rows left out: their text is also in the training data given "
+           f"({len(report['data']['seen_files'])} files)"] if report["data"].get("seen_files") else []),
         "",
         "== accuracy ==",
         f"  accuracy {o['accuracy']:.4f} (n={o['n']})",

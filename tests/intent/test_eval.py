@@ -79,3 +79,36 @@ def test_bad_input_is_a_clean_error(tmp_path: Path, capsys: pytest.CaptureFixtur
     empty.write_text("", encoding="utf-8")
     assert _run(["models", "eval-intent", "--data", str(empty)]) == 2
     assert "no rows" in capsys.readouterr().err
+
+
+def test_rows_the_model_may_have_read_are_left_out_and_counted(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """--seen-data reads training paths the way training does (a folder's *_test.jsonl is skipped) and
+    drops the single-turn rows whose normalised text is there; conversations are routed by rule and stay."""
+    rows = [
+        {"text": "Where is the restroom?", "label": "simple", "lang": "en"},
+        {"text": "Prove that the square root of 2 is irrational.", "label": "complex", "lang": "en"},
+        {"text": "What time does the pool open?", "label": "simple", "lang": "en"},
+        {"text": "ok thanks", "label": "complex", "lang": "en",
+         "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"},
+                      {"role": "user", "content": "ok thanks"}]},
+    ]
+    held = tmp_path / "held" / "set_test.jsonl"
+    held.parent.mkdir()
+    held.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    train = tmp_path / "train"
+    train.mkdir()
+    (train / "a.jsonl").write_text(json.dumps({"text": "where is the restroom", "label": "simple"}) + "\n"
+                                   + json.dumps({"text": "ok thanks", "label": "simple"}) + "\n", encoding="utf-8")
+    (train / "b_test.jsonl").write_text(json.dumps({"text": "What time does the pool open?", "label": "simple"})
+                                        + "\n", encoding="utf-8")
+    out = tmp_path / "r.json"
+    assert _run(["models", "eval-intent", "--data", str(held.parent), "--seen-data", str(train),
+                 "--json", str(out)]) == 0
+    assert "1 rows left out: their text is also in the training data given (1 files)" in capsys.readouterr().out
+    report = json.loads(out.read_text(encoding="utf-8"))
+    assert report["data"]["left_out_seen"] == 1
+    assert report["data"]["rows"] == 2 and report["data"]["multi_turn_rows"] == 1
+    assert report["routing_all"]["n"] == 3
+    without = evaluate([held.parent])
+    assert without["data"]["left_out_seen"] == 0 and without["data"]["rows"] == 3
