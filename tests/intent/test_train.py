@@ -108,7 +108,8 @@ def test_shipped_evaluation_files_hold_both_languages_and_labels() -> None:
                  DATA / "heldout_v5" / "kiosk_heldout_v5_test.jsonl",
                  DATA / "heldout_v11" / "kiosk_heldout_v11_test.jsonl",
                  DATA / "heldout_v12" / "kiosk_heldout_v12_test.jsonl",
-                 DATA / "heldout_v13" / "kiosk_heldout_v13_test.jsonl", DATA / "threshold" / "kiosk_dev.jsonl",
+                 DATA / "heldout_v13" / "kiosk_heldout_v13_test.jsonl",
+                 DATA / "heldout_v14" / "kiosk_heldout_v14_test.jsonl", DATA / "threshold" / "kiosk_dev.jsonl",
                  *(DATA / f"kiosk_train_v{v}.jsonl" for v in (2, 3, 4, 6, 7, 8, 9, 10))):
         rows, _ = ds.load_rows([path])
         assert {r.lang for r in rows} >= {"en", "zh"}
