@@ -20,9 +20,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
-import onnx
 from onnx import TensorProto, helper, numpy_helper
 from scipy import sparse
+
+from models.intent.onnx_graph import write_intent_graph
 
 
 @dataclass(frozen=True)
@@ -45,8 +46,8 @@ class HiddenLayerModel:
         """The same network with ``delta`` taken off the output bias (the label cut baked in)."""
         return replace(self, b2=self.b2 - delta)
 
-    def export(self, path: Path, version: str, labels: tuple[str, str]) -> None:
-        """Write the graph (opset 17, IR 8 for older runtimes), inputs and outputs as the linear model's."""
+    def export(self, path: Path, version: str) -> None:
+        """Write the graph; inputs, outputs and format as every intent model's (``onnx_graph``)."""
         inits = [
             numpy_helper.from_array(self.w1.astype(np.float16), "w1"),
             numpy_helper.from_array(self.b1.astype(np.float32), "b1"),
@@ -54,7 +55,6 @@ class HiddenLayerModel:
             numpy_helper.from_array(np.asarray(self.b2, dtype=np.float32), "b2"),
             numpy_helper.from_array(np.asarray([1], dtype=np.int64), "axis1"),
             numpy_helper.from_array(np.asarray([0], dtype=np.int64), "axis0"),
-            numpy_helper.from_array(np.asarray([-0.5, 0.5], dtype=np.float32), "pair_sign"),
         ]
         nodes = [
             helper.make_node("Gather", ["w1", "indices"], ["rows16"], axis=0),
@@ -67,28 +67,8 @@ class HiddenLayerModel:
             helper.make_node("Mul", ["hidden", "w2"], ["out_terms"]),
             helper.make_node("ReduceSum", ["out_terms", "axis0"], ["dot"], keepdims=0),
             helper.make_node("Add", ["dot", "b2"], ["logit"]),
-            # softmax([-z/2, z/2]) == [sigmoid(-z), sigmoid(z)]: probabilities of (simple, complex).
-            helper.make_node("Mul", ["logit", "pair_sign"], ["pair"]),
-            helper.make_node("Softmax", ["pair"], ["probs"], axis=-1),
         ]
-        graph = helper.make_graph(
-            nodes,
-            "edgecloud_intent_hidden_layer",
-            [
-                helper.make_tensor_value_info("indices", TensorProto.INT64, ["n"]),
-                helper.make_tensor_value_info("values", TensorProto.FLOAT, ["n"]),
-            ],
-            [
-                helper.make_tensor_value_info("probs", TensorProto.FLOAT, [2]),
-                helper.make_tensor_value_info("logit", TensorProto.FLOAT, []),
-            ],
-            initializer=inits,
-        )
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="edgecloud")
-        model.ir_version = 8
-        helper.set_model_props(model, {"version": version, "labels": ",".join(labels)})
-        onnx.checker.check_model(model)
-        path.write_bytes(model.SerializeToString())
+        write_intent_graph(nodes, inits, "edgecloud_intent_hidden_layer", path, version)
 
 
 def fit_hidden_layer(x: sparse.csr_matrix, y: np.ndarray, weight: np.ndarray, *, hidden: int, epochs: int,

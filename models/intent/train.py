@@ -30,8 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper, numpy_helper
 from scipy import sparse
 from sklearn.linear_model import LogisticRegression
 
@@ -40,6 +39,7 @@ from models.intent.augment import KINDS, Phrases, variant
 from models.intent.features import FeatureConfig, featurize
 from models.intent.hidden_layer import HiddenLayerModel, fit_hidden_layer
 from models.intent.metrics import routing_recall, summarize
+from models.intent.onnx_graph import LABELS, write_intent_graph
 from models.intent.runtime import CARD_FILE, MODEL_FILE, IntentClassifier
 from models.intent.thresholds import (
     logit,
@@ -49,7 +49,6 @@ from models.intent.thresholds import (
     thresholds_out_of_fold,
 )
 
-LABELS = ("simple", "complex")
 MODEL_VERSION_MAJOR = 1
 KIOSK_SOURCE_PREFIX = "kiosk"
 MODEL_KINDS = ("logistic", "hidden-layer")
@@ -94,7 +93,7 @@ class _Linear:
     def shifted(self, delta: float) -> _Linear:
         return _Linear(self.weights, self.bias - delta)
 
-    def export(self, path: Path, version: str, labels: tuple[str, str]) -> None:
+    def export(self, path: Path, version: str) -> None:
         export_onnx(self.weights, self.bias, path, version)
 
 
@@ -189,39 +188,18 @@ def _fold(row: ds.Row, folds: int) -> int:
 
 # ---------------------------------------------------------------------------------------------- export
 def export_onnx(weights: np.ndarray, bias: float, path: Path, version: str) -> None:
-    """Write the sparse-input logistic regression as an ONNX graph (opset 17, IR 8 for older runtimes)."""
+    """Write the sparse-input logistic regression as an ONNX graph (``onnx_graph`` has the contract)."""
     inits = [
         numpy_helper.from_array(weights.astype(np.float32), "weights"),
         numpy_helper.from_array(np.asarray(bias, dtype=np.float32), "bias"),
-        numpy_helper.from_array(np.asarray([-0.5, 0.5], dtype=np.float32), "pair_sign"),
     ]
     nodes = [
         helper.make_node("Gather", ["weights", "indices"], ["w_sel"], axis=0),
         helper.make_node("Mul", ["w_sel", "values"], ["contrib"]),
         helper.make_node("ReduceSum", ["contrib"], ["dot"], keepdims=0),
         helper.make_node("Add", ["dot", "bias"], ["logit"]),
-        # softmax([-z/2, z/2]) == [sigmoid(-z), sigmoid(z)]: probabilities of (simple, complex).
-        helper.make_node("Mul", ["logit", "pair_sign"], ["pair"]),
-        helper.make_node("Softmax", ["pair"], ["probs"], axis=-1),
     ]
-    graph = helper.make_graph(
-        nodes,
-        "edgecloud_intent",
-        [
-            helper.make_tensor_value_info("indices", TensorProto.INT64, ["n"]),
-            helper.make_tensor_value_info("values", TensorProto.FLOAT, ["n"]),
-        ],
-        [
-            helper.make_tensor_value_info("probs", TensorProto.FLOAT, [2]),
-            helper.make_tensor_value_info("logit", TensorProto.FLOAT, []),
-        ],
-        initializer=inits,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="edgecloud")
-    model.ir_version = 8
-    helper.set_model_props(model, {"version": version, "labels": ",".join(LABELS)})
-    onnx.checker.check_model(model)
-    path.write_bytes(model.SerializeToString())
+    write_intent_graph(nodes, inits, "edgecloud_intent", path, version)
 
 
 # ---------------------------------------------------------------------------------------------- driver
@@ -384,7 +362,7 @@ def train_intent(
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    fitted.export(out / MODEL_FILE, version, LABELS)
+    fitted.export(out / MODEL_FILE, version)
 
     card = {
         "name": "edgecloud-intent",

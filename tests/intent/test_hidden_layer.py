@@ -48,7 +48,7 @@ def test_the_onnx_graph_computes_the_fitted_network(tmp_path: Path) -> None:
                              b1=rng.normal(0, 1, 4).astype(np.float32), w2=rng.normal(0, 1, 4).astype(np.float32),
                              b2=0.3)
     path = tmp_path / "m.onnx"
-    model.shifted(0.5).export(path, "test", ("simple", "complex"))
+    model.shifted(0.5).export(path, "test")
     session = ort.InferenceSession(path.read_bytes(), providers=["CPUExecutionProvider"])
     expected = model.shifted(0.5).logit(_rows(fc, TEXTS))
     for text, want in zip(TEXTS, expected, strict=True):
@@ -98,9 +98,9 @@ def test_train_intent_ships_a_hidden_layer_model_the_runtime_loads(tmp_path: Pat
         result = clf.classify(text)
         assert result.label in ("simple", "complex")
         assert sum(result.probs.values()) == pytest.approx(1.0, abs=1e-5)
-    # The card's routing cut is applied to what the ONNX graph returns: the dev figures in the card were
-    # computed by loading the written files, so they must agree with a fresh load.
-    assert card["metrics"]["dev"]["n"] > 0
+    # The router applies the card's threshold to what this graph returns.
+    assert clf.confidence_threshold == card["thresholds"]["simple_min_confidence"]
+    assert card["metrics"]["dev"]["n"] > 0  # dev figures come from loading the written files
 
 
 @pytest.mark.slow
