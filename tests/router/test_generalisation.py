@@ -68,8 +68,7 @@ def test_short_but_hard_goes_to_the_cloud(router: Router, text: str) -> None:
 def test_examples_are_not_in_any_data_file() -> None:
     data_dir = Path(__file__).resolve().parents[2] / "models" / "intent" / "data"
     data = ds.expand_paths([data_dir, data_dir / "threshold", data_dir / "heldout", data_dir / "heldout_v5",
-                            data_dir / "heldout_v11", data_dir / "heldout_v12", data_dir / "heldout_v13",
-                            data_dir / "heldout_v14"],
+                            data_dir / "heldout_v15"],
                            include_test_files=True)
     rows, _ = ds.load_rows(data, keep_multi_turn=True)
     keys = {ds.text_key(r.text) for r in rows}
