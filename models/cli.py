@@ -21,8 +21,9 @@ EXTENSION_MODULES: tuple[str, ...] = (
 def _train_intent(args: argparse.Namespace) -> int:
     from models.intent.train import TrainConfig, train_intent
 
-    config = TrainConfig(seed=args.seed, source_holdout=not args.no_source_holdout, model=args.model)
+    extra = {} if args.split_recall is None else {"split_recall": args.split_recall}
     try:
+        config = TrainConfig(seed=args.seed, source_holdout=not args.no_source_holdout, model=args.model, **extra)
         train_intent(args.data, args.out, tc=config, threshold_data=args.threshold_data or (),
                      exclude_data=args.exclude_data or ())
     except (FileNotFoundError, ValueError) as exc:
@@ -65,6 +66,9 @@ def _register_intent(msub: argparse._SubParsersAction) -> None:
     train.add_argument("--exclude-data", nargs="+", default=None, metavar="PATH",
                        help="a held-out evaluation set: its texts are dropped from training and from the "
                             "threshold split")
+    train.add_argument("--split-recall", type=float, default=None, metavar="R",
+                       help="complex recall the routing cut keeps on the threshold split, at least the 0.99 "
+                            "constraint (default 0.995: a margin for a small split)")
     train.add_argument("--model", choices=("logistic", "hidden-layer"), default="logistic",
                        help="logistic regression (seconds to fit) or one hidden layer of 16 ReLU units on the "
                             "same features (minutes; weighs a long story by what the final ask is)")

@@ -78,7 +78,18 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.model not in MODEL_KINDS:
             raise ValueError(f"model must be one of {MODEL_KINDS}, not {self.model!r}")
+        if not self.target_routing_recall <= self.split_recall < 1.0:
+            raise ValueError(f"split recall must be at least the routing constraint {self.target_routing_recall} "
+                             f"and below 1, not {self.split_recall}")
 
+
+
+def _objective(tc: TrainConfig) -> str:
+    """The card's sentence for the threshold's objective, with the margin when there is one."""
+    how = (f"enforced as >= {tc.split_recall} on the threshold split for a margin"
+           if tc.split_recall > tc.target_routing_recall else "held at exactly that on the threshold split")
+    return (f"complex recall >= {tc.target_routing_recall} (hard constraint, {how}); within it, the fewest "
+            "simple requests sent to the cloud")
 
 @dataclass(frozen=True)
 class _Linear:
@@ -386,9 +397,7 @@ def train_intent(
             "decision_note": "baked into the ONNX bias: label = argmax of probs",
             "simple_min_confidence": th.simple_min_confidence,
             "routing_cut_p_complex": th.routing_cut_p_complex,
-            "objective": (f"complex recall >= {tc.target_routing_recall} (hard constraint, enforced as >= "
-                          f"{tc.split_recall} on the threshold split for a margin); within it, the fewest simple "
-                          "requests sent to the cloud"),
+            "objective": _objective(tc),
             "split_recall": tc.split_recall,
             "chosen_on": th.chosen_on,
             "target_routing_recall": tc.target_routing_recall,

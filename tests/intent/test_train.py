@@ -103,6 +103,25 @@ def test_threshold_and_held_out_texts_are_never_trained_on(sample: Path, tmp_pat
     assert card["thresholds"]["chosen_on"] == "threshold.jsonl"
 
 
+def test_split_recall_is_the_cuts_recall_on_the_split(sample: Path, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """``--split-recall`` sets the recall the routing cut keeps on the threshold split; below the 0.99
+    constraint it is refused with a clean error, and the card says whether the split held a margin."""
+    rows, _ = ds.load_rows([sample])
+    threshold = tmp_path / "threshold.jsonl"
+    threshold.write_text("\n".join(json.dumps({"text": r.text, "label": r.label, "lang": r.lang})
+                                   for r in rows[:40]) + "\n", encoding="utf-8")
+    base = ["models", "train-intent", "--data", str(sample), "--no-source-holdout", "--threshold-data", str(threshold)]
+    assert _run([*base, "--out", str(tmp_path / "bad"), "--split-recall", "0.9"]) == 2
+    assert "at least the routing constraint 0.99" in capsys.readouterr().err
+    assert _run([*base, "--out", str(tmp_path / "exact"), "--split-recall", "0.99"]) == 0
+    assert _run([*base, "--out", str(tmp_path / "margin")]) == 0
+    exact, margin = (json.loads((tmp_path / d / "card.json").read_text())["thresholds"] for d in ("exact", "margin"))
+    assert exact["split_recall"] == 0.99 and "held at exactly that" in exact["objective"]
+    assert margin["split_recall"] == 0.995 and "for a margin" in margin["objective"]
+    assert exact["routing_cut_p_complex"] >= margin["routing_cut_p_complex"]
+
+
 def test_shipped_evaluation_files_hold_both_languages_and_labels() -> None:
     # Every held-out folder and every set first written as one: found, not listed, so a new round needs no edit.
     paths = [DATA / "kiosk_test.jsonl", DATA / "threshold" / "kiosk_dev.jsonl",
