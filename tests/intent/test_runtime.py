@@ -78,8 +78,9 @@ def test_card(clf: IntentClassifier) -> None:
 
 
 def test_shipped_model_is_small() -> None:
+    """The bound for a shipped router model is 30 MB; the hidden layer's float16 first layer is 8 MB."""
     size = (DEFAULT_MODEL_DIR / "intent.onnx").stat().st_size
-    assert size < 4 * 1024 * 1024
+    assert size < 12 * 1024 * 1024
 
 
 def test_provider_falls_back_to_cpu() -> None:
