@@ -54,12 +54,15 @@ def load_texts(limit: int, seed: int = 7, extra_dirs: tuple[Path, ...] = ()) -> 
     return [("long", rng.choice(long)) if long and i % 2 else ("kiosk", rng.choice(kiosk)) for i in range(limit)]
 
 
-async def measure(n: int, extra_dirs: tuple[Path, ...] = ()) -> dict:
+async def measure(n: int, extra_dirs: tuple[Path, ...] = (), intent_model_dir: Path | None = None) -> dict:
     from edge.assembly import build_services
     from edge.config import Settings
 
     with tempfile.TemporaryDirectory() as tmp:
-        settings = Settings.model_validate({"server": {"data_dir": tmp}, "metrics": {"enabled": False}})
+        config: dict = {"server": {"data_dir": tmp}, "metrics": {"enabled": False}}
+        if intent_model_dir is not None:  # another classifier (e.g. the model before), all else as shipped
+            config["router"] = {"intent_model_dir": str(intent_model_dir)}
+        settings = Settings.model_validate(config)
         services = build_services(settings)
         await services.start()
         await services.loaded.wait()
@@ -98,6 +101,7 @@ async def measure(n: int, extra_dirs: tuple[Path, ...] = ()) -> dict:
     return {"requests": n, "stages": summary(None), "kiosk": summary("kiosk"), "routes": routes,
             "targets": {"kiosk_total_p99_ms": 1.0, "all_total_p99_ms": 5.0},
             "classifier": type(services.classifier).__name__ if services.classifier else None,
+            "intent_model": services.classifier.version if services.classifier else None,
             "data": "kiosk rows of models/intent/data + long rows of "
                     + ", ".join(str(d) for d in ("bench/data/routing", *extra_dirs))}
 
@@ -108,8 +112,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS / "route_overhead.json")
     parser.add_argument("--dataset-dir", type=Path, action="append", default=[], metavar="DIR",
                         help="more routing *.jsonl folders to draw long rows from (e.g. the shared routing data)")
+    parser.add_argument("--intent-model-dir", type=Path, default=None, metavar="DIR",
+                        help="the classifier to decide with (intent.onnx + card.json; default: the shipped one)")
     args = parser.parse_args(argv)
-    report = asyncio.run(measure(args.requests, tuple(args.dataset_dir)))
+    report = asyncio.run(measure(args.requests, tuple(args.dataset_dir), args.intent_model_dir))
     report["machine"] = {"cpus": os.cpu_count()}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2))

@@ -1,0 +1,30 @@
+"""``bench.intent_models`` runs both models alternately and writes its report (figures never asserted)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bench.intent_models import main
+from models.intent.runtime import DEFAULT_MODEL_DIR, IntentClassifier
+
+
+def test_smoke_run_writes_both_models(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "models.json"
+    assert main(["--other", str(DEFAULT_MODEL_DIR), "--requests", "30", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["requests"] == 30
+    version = IntentClassifier.load().version
+    for name in ("shipped", "other"):
+        model = report["models"][name]
+        assert model["version"] == version and 0 < model["p50_ms"] <= model["p99_ms"]
+    assert report["ratio_shipped_to_other"]["p50"] > 0
+    assert "shipped / other" in capsys.readouterr().out
+
+
+def test_route_overhead_decides_with_the_model_it_is_given(tmp_path: Path) -> None:
+    from bench.route_overhead import main as route_overhead
+
+    out = tmp_path / "route.json"
+    assert route_overhead(["--requests", "20", "--intent-model-dir", str(DEFAULT_MODEL_DIR), "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["intent_model"] == IntentClassifier.load().version
