@@ -20,20 +20,7 @@ import time
 from pathlib import Path
 
 from bench.percentile import percentile
-
-RESULTS = Path(__file__).resolve().parent / "results"
-KIOSK_DATA = Path(__file__).resolve().parent.parent / "models" / "intent" / "data"
-
-
-def kiosk_texts(limit: int, seed: int = 1) -> list[str]:
-    """Up to ``limit`` single-turn kiosk texts of at most 600 characters, shuffled with ``seed``."""
-    texts: list[str] = []
-    for path in sorted(KIOSK_DATA.glob("kiosk_*.jsonl")):
-        with path.open(encoding="utf-8") as fh:
-            rows = [json.loads(line) for line in fh if line.strip()]
-        texts += [r["text"] for r in rows if "messages" not in r and len(r["text"]) <= 600]
-    random.Random(seed).shuffle(texts)
-    return texts[:limit]
+from bench.route_overhead import KIOSK_DATA, RESULTS, _texts
 
 
 def measure(other: Path, limit: int) -> dict:
@@ -41,7 +28,9 @@ def measure(other: Path, limit: int) -> dict:
 
     models = {"shipped": IntentClassifier.load(), "other": IntentClassifier.load(other)}
     times: dict[str, list[float]] = {name: [] for name in models}
-    texts = kiosk_texts(limit)
+    texts = _texts(sorted(KIOSK_DATA.glob("kiosk_*.jsonl")), 600)  # the fast path's texts, as route_overhead's
+    random.Random(1).shuffle(texts)  # both languages and every file in the first ``limit``
+    texts = texts[:limit]
     for i, text in enumerate(texts):
         order = list(models.items()) if i % 2 else list(models.items())[::-1]  # who goes first alternates
         for name, clf in order:

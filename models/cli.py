@@ -21,9 +21,10 @@ EXTENSION_MODULES: tuple[str, ...] = (
 def _train_intent(args: argparse.Namespace) -> int:
     from models.intent.train import TrainConfig, train_intent
 
-    extra = {} if args.split_recall is None else {"split_recall": args.split_recall}
+    split_recall = TrainConfig.split_recall if args.split_recall is None else args.split_recall
     try:
-        config = TrainConfig(seed=args.seed, source_holdout=not args.no_source_holdout, model=args.model, **extra)
+        config = TrainConfig(seed=args.seed, source_holdout=not args.no_source_holdout, model=args.model,
+                             split_recall=split_recall)
         train_intent(args.data, args.out, tc=config, threshold_data=args.threshold_data or (),
                      exclude_data=args.exclude_data or ())
     except (FileNotFoundError, ValueError) as exc:
