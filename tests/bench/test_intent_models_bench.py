@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from bench.intent_models import main
 from models.intent.runtime import DEFAULT_MODEL_DIR, IntentClassifier
 
@@ -28,3 +30,20 @@ def test_route_overhead_decides_with_the_model_it_is_given(tmp_path: Path) -> No
     out = tmp_path / "route.json"
     assert route_overhead(["--requests", "20", "--intent-model-dir", str(DEFAULT_MODEL_DIR), "--out", str(out)]) == 0
     assert json.loads(out.read_text())["intent_model"] == IntentClassifier.load().version
+
+
+def test_route_overhead_measures_kiosk_traffic_alone_when_asked(tmp_path: Path) -> None:
+    """``--long-share 0`` is a kiosk's own stream (no long paste between two questions); the default mix
+    alternates the two kinds, as the figures quoted before the flag existed did."""
+    from bench.route_overhead import load_texts
+    from bench.route_overhead import main as route_overhead
+
+    assert [kind for kind, _ in load_texts(6)] == ["kiosk", "long"] * 3
+    assert {kind for kind, _ in load_texts(50, long_share=0.0)} == {"kiosk"}
+    out = tmp_path / "route.json"
+    assert route_overhead(["--requests", "20", "--long-share", "0", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["long_share"] == 0.0 and report["kiosk"]["total"]["n"] == report["stages"]["total"]["n"] == 20
+    assert "long rows" not in report["data"]
+    with pytest.raises(SystemExit):
+        route_overhead(["--long-share", "1.5", "--out", str(out)])
