@@ -11,10 +11,10 @@ policy. Two kinds of traffic, each reported on its own:
   questions) from the shipped benchmark traffic ``bench/data/routing``, and from every ``--dataset-dir``
   given (for example the shared routing data); target P99 <= 5 ms.
 
-By default half the requests are long rows, interleaved with the kiosk ones: a long paste decided between two
-kiosk questions evicts the classifier's weights and the feature code's buffers from the CPU caches, so the
-kiosk P99 here is that of a mixed stream. ``--long-share 0`` measures a kiosk's own traffic alone (kiosk-length
-requests only); both are reported as what they are.
+By default half the requests are long rows, interleaved with the kiosk ones, so the kiosk P99 is that of a
+mixed stream, in which a long paste decided between two kiosk questions may evict the classifier's weights
+from the CPU caches. ``--long-share 0`` measures a kiosk's own traffic alone (kiosk-length requests only); on
+the 2-vCPU development VM the two gave the same kiosk P99 (docs/intent.md, *Latency*).
 
 Prints P50/P99 per stage and kind and writes ``bench/results/route_overhead.json``.
 
