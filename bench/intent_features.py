@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench.percentile import percentile
-from bench.route_overhead import KIOSK_DATA, RESULTS, _texts
+from bench.route_overhead import RESULTS, kiosk_texts
 
 
 def _interleaved(items: list, specification: Callable, fast: Callable, repeat: int) -> tuple[list[float], list[float]]:
@@ -62,7 +62,7 @@ def measure(repeat: int, limit: int | None = None) -> dict:
     from tests.intent.reference_cues import cue_tokens as cue_specification
     from tests.intent.reference_features import featurize as specification
 
-    texts = _texts(sorted(KIOSK_DATA.glob("kiosk_*.jsonl")), 600)[:limit]
+    texts = kiosk_texts()[:limit]
     config = FeatureConfig()
     spec_us, new_us = _interleaved(texts, lambda t: specification(t, config), lambda t: featurize(t, config), repeat)
     # The difficulty-cue scan alone (one call per view in ``featurize``), on the normalised texts.

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from bench.percentile import percentile
-from bench.route_overhead import KIOSK_DATA, RESULTS, _texts
+from bench.route_overhead import RESULTS, kiosk_texts
 
 
 def measure(other: Path, limit: int) -> dict:
@@ -28,7 +28,7 @@ def measure(other: Path, limit: int) -> dict:
 
     models = {"shipped": IntentClassifier.load(), "other": IntentClassifier.load(other)}
     times: dict[str, list[float]] = {name: [] for name in models}
-    texts = _texts(sorted(KIOSK_DATA.glob("kiosk_*.jsonl")), 600)  # the fast path's texts, as route_overhead's
+    texts = kiosk_texts()
     random.Random(1).shuffle(texts)  # both languages and every file in the first ``limit``
     texts = texts[:limit]
     for i, text in enumerate(texts):

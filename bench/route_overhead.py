@@ -50,13 +50,18 @@ def _texts(paths: list[Path], max_chars: int) -> list[str]:
     return out
 
 
+def kiosk_texts() -> list[str]:
+    """The fast path's texts: the single-turn kiosk rows shipped in ``models/intent/data``, up to 600 characters."""
+    return _texts(sorted(KIOSK_DATA.glob("kiosk_*.jsonl")), 600)
+
+
 def load_texts(limit: int, seed: int = 7, extra_dirs: tuple[Path, ...] = (),
                long_share: float = 0.5) -> list[tuple[str, str]]:
     """``limit`` requests as (kind, text): kiosk-length rows, and long rows (shipped traffic and ``extra_dirs``)
     as ``long_share`` of them, spread evenly (0.5: every other request)."""
     if not 0.0 <= long_share <= 1.0:
         raise ValueError(f"long_share must be within [0, 1], got {long_share}")
-    kiosk = _texts(sorted(KIOSK_DATA.glob("kiosk_*.jsonl")), 600) or list(QUESTIONS)
+    kiosk = kiosk_texts() or list(QUESTIONS)
     long = _texts([p for d in (SHIPPED_TRAFFIC, *extra_dirs) for p in sorted(Path(d).glob("*.jsonl"))], 2000)
     long = [t for t in long if len(t) > 600]
     rng = random.Random(seed)

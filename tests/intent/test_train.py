@@ -146,6 +146,8 @@ def test_the_shipped_model_never_read_the_held_out_sets() -> None:
     held_out = {f"kiosk_heldout_v{k}_test.jsonl" for k in range(15, 21)} | {
         f"kiosk_heldout_v{k}_second_zh_test.jsonl" for k in (18, 19, 20)} | {"kiosk_heldout_v17_zh2_test.jsonl"}
     assert not read & held_out
+    assert {"kiosk_heldout_v18_test.jsonl", "kiosk_heldout_v18_second_zh_test.jsonl"} <= set(
+        card["training_data"]["held_out_files"])
     assert {"kiosk_focus16_en.jsonl", "kiosk_focus16_zh.jsonl"} <= read
     assert card["thresholds"]["chosen_on"] == (
         "kiosk_dev.jsonl, kiosk_test.jsonl, kiosk_heldout_test.jsonl, kiosk_heldout_v15_test.jsonl, "
