@@ -25,10 +25,13 @@ from edge.types import ChatRequest
 KEY_SCHEMA = 1
 
 # Apostrophes and hyphens inside a word are deleted ("don't" -> "dont", "wi-fi" -> "wifi") so both
-# spellings meet; between digits a hyphen stays a separator ("3-5" must not become "35").
-_INNER_JOINERS = re.compile(r"(?<=[^\W\d_])['’‘`\-‐‑](?=[^\W\d_])")
+# spellings meet; between digits a hyphen stays a separator ("3-5" must not become "35"). Each pattern of this
+# module opens with the character it removes and looks behind only after it: ``re`` then scans for that
+# character at C speed, where a pattern that opens with a lookbehind is tried at every position (three times
+# the cost on a long message).
+_INNER_JOINERS = re.compile(r"['’‘`\-‐‑](?<=[^\W\d_].)(?=[^\W\d_])")
 # A thousands separator between digits is dropped: "1,000" == "1000".
-_DIGIT_COMMA = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
+_DIGIT_COMMA = re.compile(r",(?<=\d,)(?=\d{3}(?!\d))")
 _SPACES = re.compile(r"\s+")
 
 
@@ -41,7 +44,7 @@ def _punctuation_table() -> dict[int, str]:
 _PUNCTUATION = _punctuation_table()
 _CJK_CLASS = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\U00020000-\U0002fa1f"
 # A space with a CJK character on either side: Chinese does not separate words with spaces.
-_CJK_SPACE = re.compile(f"(?<=[{_CJK_CLASS}]) | (?=[{_CJK_CLASS}])")
+_CJK_SPACE = re.compile(f" (?:(?=[{_CJK_CLASS}])|(?<=[{_CJK_CLASS}] ))")
 
 
 def normalize_text(text: str) -> str:
@@ -49,8 +52,9 @@ def normalize_text(text: str) -> str:
     text = unicodedata.normalize("NFKC", text).casefold()
     text = _INNER_JOINERS.sub("", text)
     text = _DIGIT_COMMA.sub("", text)
-    # Punctuation becomes a space; letters, digits and symbols (%, $, +) are kept.
-    words = _SPACES.sub(" ", text.translate(_PUNCTUATION)).strip()
+    # Punctuation becomes a space; letters, digits and symbols (%, $, +) are kept. ``split()`` splits at the
+    # characters ``\s`` matches (both ask ``str.isspace``), so this is ``\s+`` -> " " and a strip, in C.
+    words = " ".join(text.translate(_PUNCTUATION).split())
     # Drop a space only where one side is CJK: "商场 几点 开门" == "商场几点开门", "wifi 密码" ==
     # "wifi密码"; spaces between Latin words and between numbers ("1 5" vs "15") stay.
     return _CJK_SPACE.sub("", words)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
+import unicodedata
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from edge.cache.keys import key_parts, normalize_text
+from edge.cache.keys import _CJK_CLASS, _PUNCTUATION, key_parts, normalize_text
 
 from .conftest import ask
 
@@ -51,6 +54,32 @@ def test_normalisation_keeps_words_digits_and_negations(a: str, b: str) -> None:
 def test_normalisation_is_idempotent(text: str) -> None:
     once = normalize_text(text)
     assert normalize_text(once) == once
+
+
+def _normalize_as_specified(text: str) -> str:
+    """``normalize_text`` in its first spelling, each rule a plain regular expression (lookbehind first):
+    the fast patterns of ``edge.cache.keys`` must change no key that a stored answer was written under."""
+    text = unicodedata.normalize("NFKC", text).casefold()
+    text = re.sub(r"(?<=[^\W\d_])['’‘`\-‐‑](?=[^\W\d_])", "", text)
+    text = re.sub(r"(?<=\d),(?=\d{3}(?!\d))", "", text)
+    words = re.sub(r"\s+", " ", text.translate(_PUNCTUATION)).strip()
+    return re.sub(f"(?<=[{_CJK_CLASS}]) | (?=[{_CJK_CLASS}])", "", words)
+
+
+# Every character the rules look at, and their neighbours: joiners, digits, commas, CJK, Latin, underscore,
+# full-width and odd spaces, punctuation.
+_RULE_CHARS = "ab1_'’‘`-‐‑,, 3商场ａ０\u3000\u00a0\t\n\x1c.?!「」é"
+
+
+@given(st.text(alphabet=_RULE_CHARS, max_size=40) | st.text(max_size=40))
+def test_normalisation_matches_its_specification(text: str) -> None:
+    assert normalize_text(text) == _normalize_as_specified(text)
+
+
+@pytest.mark.parametrize("text", [*(a for a, _ in SAME), *(t for pair in DIFFERENT for t in pair),
+                                  "wi - fi 3-5 x-y 1,0000 12,345,678 a,123 中 a 中 ，中 」b a’b `c` _-_ é-à"])
+def test_normalisation_matches_its_specification_on_examples(text: str) -> None:
+    assert normalize_text(text) == _normalize_as_specified(text)
 
 
 def _key(**fields: object) -> str:
