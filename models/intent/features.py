@@ -39,7 +39,6 @@ SUPPORTED_VERSIONS = (2, 3, 4)
 # Style punctuation: removed so that it cannot become a label signal. '.' is only removed at a sentence
 # end (it means something inside "3.14" or "os.path").
 _STYLE_RE = re.compile(r"[?!,;¿¡、，；？！。~～…]+|\.(?=\s|$)")
-_SPACE_RE = re.compile(r"\s+")
 _WORD_RE = re.compile(r"[a-z0-9_]+")
 _CJK, _LATIN, _DIGIT, _MATH, _CODE = 1, 2, 4, 8, 16
 
@@ -139,8 +138,8 @@ class FeatureConfig:
 def normalize(text: str) -> str:
     """NFKC, lower case, style punctuation removed, whitespace collapsed."""
     t = unicodedata.normalize("NFKC", text).lower()
-    t = _STYLE_RE.sub(" ", t)
-    return _SPACE_RE.sub(" ", t).strip()
+    # ``split()`` splits where ``\s`` matches (both ask ``str.isspace``): ``\s+`` -> " " and a strip, in C.
+    return " ".join(_STYLE_RE.sub(" ", t).split())
 
 
 def _mix(x: np.ndarray) -> np.ndarray:

@@ -3,14 +3,16 @@
 ``models.intent.features.featurize`` must return exactly what this returns (same indices, same values,
 same order): the shipped model was trained on these features. ``test_features_equivalence`` checks it
 on the shipped texts. Only the computation that was rewritten is kept here (the n-gram, word and shape
-blocks, one view at a time); what the rewrite left alone (the configuration, the normalisation, the
-hash constants, the final ask) is imported, and a digest of the shipped texts' features in the same
-test guards those.
+blocks, one view at a time, and the normalisation's whitespace rule as a regular expression); what the
+rewrites left alone (the configuration, the style punctuation, the hash constants, the final ask) is
+imported, and a digest of the shipped texts' features in the same test guards those.
 """
 
 from __future__ import annotations
 
 import math
+import re
+import unicodedata
 import zlib
 from functools import lru_cache
 
@@ -27,15 +29,24 @@ from models.intent.features import (
     _NS_META,
     _NS_WORD,
     _SIGN_BIT,
+    _STYLE_RE,
     _U,
     _WORD_RE,
     FeatureConfig,
     _bucket,
     _index,
     _mix,
-    normalize,
 )
 from tests.intent.reference_cues import cue_tokens
+
+_SPACE_RE = re.compile(r"\s+")
+
+
+def normalize(text: str) -> str:
+    """NFKC, lower case, style punctuation removed, whitespace collapsed."""
+    t = unicodedata.normalize("NFKC", text).lower()
+    t = _STYLE_RE.sub(" ", t)
+    return _SPACE_RE.sub(" ", t).strip()
 
 
 def _char_ngram_hashes(text: str, orders: tuple[int, ...]) -> list[np.ndarray]:

@@ -18,8 +18,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from models.intent.cues import CUE_VERSIONS, TABLES, CueTables, _Cue, _first_chars, cue_tokens
+from models.intent.cues import CUE_VERSIONS, TABLES, CueTables, _count_numbers, _Cue, _first_chars, cue_tokens
 from models.intent.features import FeatureConfig, featurize, normalize
 from tests.intent import reference_cues, reference_features
 
@@ -133,6 +135,25 @@ def test_the_chinese_prefilter_keeps_every_match(version: int) -> None:
         norm = normalize(text)
         assert [(m.span(), m.lastgroup) for m in fast.finditer(norm)] == \
                [(m.span(), m.lastgroup) for m in plain.finditer(norm)], text[:80]
+
+
+@given(st.text(alphabet="ab 1?!,.。，\t\n\u3000\u00a0\x1c\u2028ＡＢ中", max_size=30) | st.text(max_size=30))
+def test_normalize_matches_the_specification(text: str) -> None:
+    assert normalize(text) == reference_features.normalize(text)
+
+
+# Digits, separators, Chinese numerals and units, number words and their neighbours (letters, digits, CJK,
+# underscore, an accented letter): every way a numeral and a number word could touch.
+_NUMBER_PIECES = ["two", "eighteen", "eight", "sixty", "six", "hundred", "one", "3", "12.5", "1,000", ",", ".",
+                  " ", "二", "十五", "个", "块", "楼", "x", "_", "é", "s", "-", "٣"]
+
+
+@given(st.lists(st.sampled_from(_NUMBER_PIECES), max_size=12).map("".join), st.sampled_from(CUE_VERSIONS))
+def test_numbers_are_counted_as_the_number_pattern_counts(text: str, version: int) -> None:
+    """``number:<n>`` counts the distinct matches of the version's number pattern; the two-part count
+    finds the same number, however numerals and number words sit next to each other."""
+    t = TABLES[version]
+    assert _count_numbers(text, t) == len(set(t.number_re.findall(text)))
 
 
 def test_a_chinese_term_pattern_must_start_plainly() -> None:
