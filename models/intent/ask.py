@@ -53,6 +53,14 @@ def _trie_pattern(words: list[str]) -> str:
     return build(trie)
 
 
+def _first_chars(words: list[str]) -> str:
+    """A lookahead for the characters ``words`` start with, to put before their trie: ``re`` still tries the
+    pattern at every position, but a position no word starts at fails in one set test instead of one per
+    branch of the trie's first level (a third of the search's time on a long English message, and three
+    quarters of the Chinese pattern's there). It consumes nothing, so the same positions match."""
+    return "(?=[" + "".join(re.escape(ch) for ch in sorted({word[0] for word in words})) + "])"
+
+
 # What reads as an ask, in English (whole words) and Chinese. Used to test a sentence, never to cut it.
 _ASK_EN_TERMS = [
     "where", "what", "what's", "whats", "when", "which", "who", "whom", "whose", "why", "how", "is there",
@@ -63,12 +71,16 @@ _ASK_EN_TERMS = [
     "compare", "summarise", "summarize", "convert", "list", "fix", "debug", "wondering", "any idea", "is the",
     "are the", "do i", "do we",
 ]
-_ASK_EN = re.compile(r"\b" + _trie_pattern(_ASK_EN_TERMS) + r"\b", re.IGNORECASE)
-_ASK_ZH = re.compile(_trie_pattern([
+_ASK_ZH_TERMS = [
     "吗", "呢", "哪", "什么", "啥", "怎么", "怎样", "如何", "多少", "是否", "能不能", "可不可以", "可以",
     "有没有", "请问", "请", "帮我", "帮忙", "告诉", "想知道", "想问", "写", "翻译", "计算", "算一下", "证明",
     "规划", "计划", "推荐", "比较", "解释", "总结", "为什么", "谁", "在哪",
-]) + "|几[点个号楼层天岁次]")
+]
+_ASK_ZH_MEASURE = "几[点个号楼层天岁次]"  # "几点", "几楼": a question word with a measure word
+# The lookahead sits inside the case-insensitive pattern, so it admits every case the trie's letters match.
+_ASK_EN = re.compile(r"\b" + _first_chars(_ASK_EN_TERMS) + _trie_pattern(_ASK_EN_TERMS) + r"\b", re.IGNORECASE)
+_ASK_ZH = re.compile(_first_chars([*_ASK_ZH_TERMS, _ASK_ZH_MEASURE])
+                     + f"(?:{_trie_pattern(_ASK_ZH_TERMS)}|{_ASK_ZH_MEASURE})")
 _CLOSER_RE = re.compile(
     r"^\W*(thanks?|thank you|thx|cheers|much appreciated|appreciate it|sorry|no rush|have a (nice|good|great) "
     r"day|bye|ok|okay|that's all|谢谢|多谢|感谢|麻烦了|麻烦你了|辛苦了|不好意思|打扰了|不着急|拜托了|好的)",

@@ -21,6 +21,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from models.intent import ask
 from models.intent.cues import CUE_VERSIONS, TABLES, CueTables, _count_numbers, _Cue, _first_chars, cue_tokens
 from models.intent.features import FeatureConfig, featurize, normalize
 from tests.intent import reference_cues, reference_features
@@ -154,6 +155,18 @@ def test_numbers_are_counted_as_the_number_pattern_counts(text: str, version: in
     finds the same number, however numerals and number words sit next to each other."""
     t = TABLES[version]
     assert _count_numbers(text, t) == len(set(t.number_re.findall(text)))
+
+
+def test_the_ask_patterns_first_character_lookahead_keeps_every_match() -> None:
+    """The ask patterns with their first-character lookahead find an ask in every sentence and clause of
+    the shipped texts that the plain tries find one in, and in no other (``final_ask`` needs only that)."""
+    plain_en = re.compile(r"\b" + ask._trie_pattern(ask._ASK_EN_TERMS) + r"\b", re.IGNORECASE)
+    plain_zh = re.compile(f"{ask._trie_pattern(ask._ASK_ZH_TERMS)}|{ask._ASK_ZH_MEASURE}")
+    assert ask._ASK_EN.pattern != plain_en.pattern and ask._ASK_ZH.pattern != plain_zh.pattern
+    for text in [*TEXTS, "WHERE is it", "ſhow me", "几楼", "Is The"]:
+        for piece in [text, *ask._SENTENCE_RE.findall(text), *ask._CLAUSE_RE.findall(text)]:
+            assert (ask._ASK_EN.search(piece) is None) == (plain_en.search(piece) is None), piece[:80]
+            assert (ask._ASK_ZH.search(piece) is None) == (plain_zh.search(piece) is None), piece[:80]
 
 
 def test_a_chinese_term_pattern_must_start_plainly() -> None:
