@@ -63,6 +63,11 @@ _CLASS_TABLE = _char_classes()
 # _BIT_COUNTS[v, j] is 1 when flag value v has class bit j (CJK, LATIN, DIGIT, MATH, CODE).
 _BIT_COUNTS = np.array([[(v >> j) & 1 for j in range(5)] for v in range(32)], dtype=np.int64)
 
+# 1 + log(k) for every k a capped kiosk message's view can count (index 0 is never read): a gather instead of a
+# log and an addition per request. The values are computed by np.log, as the lookup's fallback computes them.
+_ONE_PLUS_LOG = 1.0 + np.log(np.maximum(np.arange(1 << 13), 1).astype(np.float64))
+_ONE_PLUS_LOG.setflags(write=False)
+
 _U = np.uint64
 _FNV_PRIME = _U(0x100000001B3)
 _NS_CHAR = 0x9E3779B97F4A7C15
@@ -324,8 +329,9 @@ def _views(norms: list[str], words: list[list[str]], config: FeatureConfig) -> _
     first_of_run[seg] = True
     runs = np.flatnonzero(first_of_run)
     hashes = mixed[runs[:-1]]
-    values = np.log(runs[1:] - runs[:-1])
-    values += 1.0
+    counts = runs[1:] - runs[:-1]
+    # 1 + log(count), looked up: no count exceeds the numbers counted, and the table holds np.log's own values.
+    values = _ONE_PLUS_LOG[counts] if count < len(_ONE_PLUS_LOG) else 1.0 + np.log(counts)
     bounds = np.searchsorted(runs, seg).tolist()
     for a, b in pairwise(bounds):
         view = values[a:b]
@@ -406,7 +412,10 @@ def _assemble(views: _Views, weights: tuple[float, ...], shape: list[int], cues:
             values[a:b] *= weight
     n_text, n_cues = len(values), len(cues)
     indices = np.empty(n_text + n_cues + len(shape), dtype=np.int64)
-    indices[:n_text] = _index(views.hashes, config.dim)
+    if config.dim & (config.dim - 1) == 0:  # ``_index`` written straight into the output: indices < 2**63
+        np.bitwise_and(views.hashes, _U(config.dim - 1), out=indices[:n_text].view(np.uint64))
+    else:
+        indices[:n_text] = _index(views.hashes, config.dim)
     indices[n_text:] = cues + shape
     out = np.empty(len(indices), dtype=np.float32)
     out[:n_text] = values

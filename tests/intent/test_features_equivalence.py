@@ -84,6 +84,15 @@ def test_featurize_matches_the_specification(name: str) -> None:
         assert np.array_equal(val, ref_val), text[:80]
 
 
+def test_a_message_that_nfkc_expands_past_the_count_table_matches_the_specification() -> None:
+    """Each "ﷺ" is 18 characters after NFKC: 600 of them count more n-grams than the table of 1 + log(k)
+    holds, so the features take the computed fallback, which must agree with the specification too."""
+    text = "ﷺ" * 600
+    idx, val = featurize(text, FeatureConfig())
+    ref_idx, ref_val = reference_features.featurize(text, FeatureConfig())
+    assert np.array_equal(idx, ref_idx) and np.array_equal(val, ref_val)
+
+
 @pytest.mark.parametrize("version", CUE_VERSIONS)
 def test_cues_match_the_specification(version: int) -> None:
     for text in TEXTS[1::4]:
