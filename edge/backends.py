@@ -67,7 +67,7 @@ class EdgeBackend(GeneratingBackend, Protocol):
 
     def expected_ttft_s(self) -> float: ...
 
-    def count_prompt_tokens(self, req: ChatRequest) -> int: ...  # may run on the pipeline's counting thread
+    def count_prompt_tokens(self, req: ChatRequest) -> int: ...
 
     def prompt_token_bound(self, req: ChatRequest) -> int: ...  # >= count_prompt_tokens, no tokenizer
 

@@ -25,7 +25,6 @@ import functools
 import logging
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, TypeVar
 
 from .answer import Answer, CachePreview, Events, Preview, Refused, Started, cache_reason
@@ -70,7 +69,6 @@ class Pipeline:
         self.observe = observe
         self.log_prompts = log_prompts
         self.knowledge = knowledge
-        self._counter: ThreadPoolExecutor | None = None  # see ``_count_beside_classifier``
 
     # ----- state ------------------------------------------------------------------------------
     def live_state(self) -> LiveState:
@@ -98,36 +96,9 @@ class Pipeline:
         # without the tokenizer, which costs more than the rest of the decision.
         tokens = self.edge.prompt_token_bound(req)
         exact = tokens > self.router.prompt_budget(live)
-        intent = None
         if exact:
-            tokens, intent = self._count_beside_classifier(req, live)
-        return self.router.decide(req, live, tokens, evidence=evidence, prompt_tokens_exact=exact, intent=intent)
-
-    def _count_beside_classifier(self, req: ChatRequest, live: LiveState) -> tuple[int, object]:
-        """The prompt's exact token count on the counting thread, and meanwhile, on this one, the classification
-        the router will want if the prompt fits (``Router.classify_ahead``).
-
-        Why two threads: a pasted page costs llama.cpp's tokenizer ~1.3 ms and the classifier about as much,
-        one after the other the largest part of such a request's decision. The tokenizer is a C call that
-        releases the GIL, so the two overlap. The caller waits for both here, so nothing else (a model swap
-        on the event loop) runs in between. Without a loaded model the count is an estimate: no thread.
-        """
-        if not live.edge_ready:
-            return self.edge.count_prompt_tokens(req), None
-        future = self._counting_thread().submit(self.edge.count_prompt_tokens, req)
-        intent = self.router.classify_ahead(req, live)
-        return future.result(), intent
-
-    def _counting_thread(self) -> ThreadPoolExecutor:
-        if self._counter is None:
-            self._counter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="edgecloud-token-count")
-        return self._counter
-
-    def close(self) -> None:
-        """Stop the counting thread (started on the first prompt that needed an exact count)."""
-        counter, self._counter = self._counter, None
-        if counter is not None:
-            counter.shutdown(wait=True)
+            tokens = self.edge.count_prompt_tokens(req)
+        return self.router.decide(req, live, tokens, evidence=evidence, prompt_tokens_exact=exact)
 
     async def evidence(self, req: ChatRequest) -> Evidence | None:
         """Venue evidence for the request: BM25 is sub-millisecond and runs here; the optional dense

@@ -171,27 +171,10 @@ class Router:
         """The largest prompt, in tokens, the edge is given; a larger one goes to the cloud."""
         return int(self.config.max_prompt_share * live.edge_n_ctx)
 
-    def classify_ahead(self, req: ChatRequest, live: LiveState) -> Any:
-        """The classification step 3 would make, made before the prompt's exact size is known; None when no
-        size could bring the request to step 3 (an override or another hard rule decides it) or the classifier
-        fails here (step 3 then classifies again and fails where it always did). The pipeline runs it while
-        another thread counts the prompt's tokens and hands it to ``decide`` as ``intent``."""
-        classifier = self.classifier
-        if classifier is None or (self.config.allow_override and self._override(req) is not None):
-            return None
-        if self._edge_incapable(req, live, 0) is not None:
-            return None
-        try:
-            return classifier.classify(req.last_user_message)
-        except Exception:  # a guess ahead of time: step 3 reports the failure itself
-            return None
-
     def decide(
         self, req: ChatRequest, live: LiveState, prompt_tokens: int, evidence: Any = None, *,
-        prompt_tokens_exact: bool = True, intent: Any = None,
+        prompt_tokens_exact: bool = True,
     ) -> Decision:
-        """The decision for ``req``. ``intent``: the classifier's result for its last user message when it was
-        made already (``classify_ahead``); step 3 classifies otherwise."""
         profile = self.scenario_for(req)
         d = Decision(route="edge", reason="", scenario=profile.name, prompt_tokens=prompt_tokens,
                      prompt_tokens_exact=prompt_tokens_exact, knowledge=evidence)
@@ -260,9 +243,8 @@ class Router:
 
         # 3. The classifier (single-turn text only: hard rules caught the rest).
         borderline = False
-        classifier = self.classifier
-        if intent is not None or classifier is not None:
-            result = intent if intent is not None else classifier.classify(req.last_user_message)
+        if self.classifier is not None:
+            result = self.classifier.classify(req.last_user_message)
             d.label, d.confidence = result.label, float(result.confidence)
             d.classifier_ms = getattr(result, "latency_ms", None)
             tag = f"classifier:{d.label}:{d.confidence:.2f}"

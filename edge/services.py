@@ -100,7 +100,6 @@ class Services:
             await self.obs.aclose()
         if self.cache is not None:
             self.cache.close()
-        self.pipeline.close()
         await self.edge.aclose()
 
     async def _start_cloud(self) -> None:

@@ -8,7 +8,6 @@ prompt over it still goes to the cloud as ``prompt-size``. Real model, real toke
 from __future__ import annotations
 
 import asyncio
-import threading
 
 import pytest
 
@@ -17,7 +16,6 @@ from edge.local_model import LocalModel, find_embedded_model
 from edge.pipeline import Pipeline
 from edge.router import Router
 from edge.schemas import parse_chat_request
-from models.intent.runtime import IntentClassifier
 
 pytestmark = pytest.mark.skipif(find_embedded_model() is None, reason="embedded model not installed")
 
@@ -65,88 +63,6 @@ def test_the_pipeline_tokenises_only_near_the_budget() -> None:
         assert "prompt-size" not in d.rules
         over = pipeline.decide(_req("The quick brown fox jumps over the lazy dog. " * 40))
         assert over.prompt_tokens_exact and over.prompt_tokens > 256 and "prompt-size" in over.rules
-        pipeline.close()
-        await edge.aclose()
-
-    asyncio.run(scenario())
-
-
-class _Recording:
-    """The shipped classifier, noting each call's thread; ``fail`` makes every call raise."""
-
-    def __init__(self, fail: bool = False) -> None:
-        self.inner = IntentClassifier.load()
-        self.confidence_threshold = self.inner.confidence_threshold
-        self.threads: list[str] = []
-        self.fail = fail
-
-    def classify(self, text: str) -> object:
-        self.threads.append(threading.current_thread().name)
-        if self.fail:
-            raise RuntimeError("classifier broke")
-        return self.inner.classify(text)
-
-
-def _fields(d: object) -> tuple:
-    return (d.route, d.reason, tuple(d.rules), d.label, d.confidence, d.prompt_tokens, d.prompt_tokens_exact,
-            d.edge_ok, d.cloud_ok, d.refusal)
-
-
-def test_the_exact_count_runs_beside_the_classifier_and_decides_as_in_series() -> None:
-    """A prompt over the byte bound is counted on the counting thread while the classifier reads it here; the
-    decision is field for field the one made one step after the other (a fitting prompt, one over the budget,
-    earlier turns, a forced route), and the classifier is not run ahead where no size could bring the request
-    to it. ``close`` stops the thread."""
-    async def scenario() -> None:
-        edge = LocalModel(EdgeModelConfig(n_ctx=512, parallel=1, warmup=False))
-        await edge.load()
-        counted: list[str] = []
-        count = edge.count_prompt_tokens
-
-        def counting(req: object) -> int:
-            counted.append(threading.current_thread().name)
-            return count(req)
-
-        edge.count_prompt_tokens = counting  # type: ignore[method-assign]
-        classifier = _Recording()
-        router = Router(RouterConfig(max_prompt_share=0.5), classifier)
-        pipeline = Pipeline(router, edge)
-        fits = _req("Good morning! I walked here from the station with my two kids and the stroller, it took "
-                    "ages because of the roadworks, and now they both want ice cream. " * 4 + "Where is the lift?")
-        over = _req("Please summarise this contract clause by clause. " * 40)
-        turns = parse_chat_request({"model": "edgecloud-auto", "messages": [
-            {"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hello!"},
-            {"role": "user", "content": "The quick brown fox jumps over the lazy dog. " * 13}]}, SETTINGS, {})
-        forced = parse_chat_request({"model": "edgecloud-cloud", "messages": [
-            {"role": "user", "content": "The quick brown fox jumps over the lazy dog. " * 13}]}, SETTINGS, {})
-        for req, ahead in ((fits, True), (over, True), (turns, False), (forced, False)):
-            classifier.threads.clear()
-            counted.clear()
-            d = pipeline.decide(req)
-            assert d.prompt_tokens_exact and counted and counted[0].startswith("edgecloud-token-count")
-            assert classifier.threads == ([threading.current_thread().name] if ahead else [])  # once, here
-            live = pipeline.live_state()
-            serial = router.decide(req, live, count(req), prompt_tokens_exact=True)
-            assert _fields(d) == _fields(serial)
-        assert "prompt-size" in pipeline.decide(over).rules and pipeline.decide(fits).label is not None
-        pipeline.close()
-        assert not [t for t in threading.enumerate() if t.name.startswith("edgecloud-token-count")]
-        await edge.aclose()
-
-    asyncio.run(scenario())
-
-
-def test_a_classifier_that_fails_ahead_fails_where_it_always_did() -> None:
-    """Run ahead, a failing classifier costs nothing: a prompt over the budget still goes to the cloud by its
-    size, and one that fits raises from the router's classifier step, as it did without the counting thread."""
-    async def scenario() -> None:
-        edge = LocalModel(EdgeModelConfig(n_ctx=512, parallel=1, warmup=False))
-        await edge.load()
-        pipeline = Pipeline(Router(RouterConfig(max_prompt_share=0.5), _Recording(fail=True)), edge)
-        assert "prompt-size" in pipeline.decide(_req("Please summarise this contract clause by clause. " * 40)).rules
-        with pytest.raises(RuntimeError, match="classifier broke"):
-            pipeline.decide(_req("The quick brown fox jumps over the lazy dog. " * 13))
-        pipeline.close()
         await edge.aclose()
 
     asyncio.run(scenario())
