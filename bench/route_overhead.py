@@ -55,12 +55,19 @@ def kiosk_texts() -> list[str]:
     return _texts(sorted(KIOSK_DATA.glob("kiosk_*.jsonl")), 600)
 
 
+def share_of_long_rows(value: float | str) -> float:
+    """A share of long rows, within [0, 1]; else ValueError (which argparse reports as a bad option value)."""
+    share = float(value)
+    if not 0.0 <= share <= 1.0:
+        raise ValueError(f"long_share must be within [0, 1], got {share}")
+    return share
+
+
 def load_texts(limit: int, seed: int = 7, extra_dirs: tuple[Path, ...] = (),
                long_share: float = 0.5) -> list[tuple[str, str]]:
     """``limit`` requests as (kind, text): kiosk-length rows, and long rows (shipped traffic and ``extra_dirs``)
     as ``long_share`` of them, spread evenly (0.5: every other request)."""
-    if not 0.0 <= long_share <= 1.0:
-        raise ValueError(f"long_share must be within [0, 1], got {long_share}")
+    long_share = share_of_long_rows(long_share)
     kiosk = kiosk_texts() or list(QUESTIONS)
     long = _texts([p for d in (SHIPPED_TRAFFIC, *extra_dirs) for p in sorted(Path(d).glob("*.jsonl"))], 2000)
     long = [t for t in long if len(t) > 600]
@@ -135,11 +142,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="more routing *.jsonl folders to draw long rows from (e.g. the shared routing data)")
     parser.add_argument("--intent-model-dir", type=Path, default=None, metavar="DIR",
                         help="the classifier to decide with (intent.onnx + card.json; default: the shipped one)")
-    parser.add_argument("--long-share", type=float, default=0.5, metavar="F",
-                        help="share of long rows interleaved with the kiosk ones (default 0.5; 0: kiosk traffic alone)")
+    parser.add_argument("--long-share", type=share_of_long_rows, default=0.5, metavar="F",
+                        help="share of long rows interleaved with the kiosk ones, within [0, 1] (default 0.5; "
+                             "0: kiosk traffic alone)")
     args = parser.parse_args(argv)
-    if not 0.0 <= args.long_share <= 1.0:
-        parser.error(f"--long-share must be within [0, 1], got {args.long_share}")
     report = asyncio.run(measure(args.requests, tuple(args.dataset_dir), args.intent_model_dir, args.long_share))
     report["machine"] = {"cpus": os.cpu_count()}
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -177,6 +177,7 @@ _CJK_RE = re.compile(r"[\u3400-\u9fff]")
 _NUMERAL_RE = re.compile(r"[\d零一二两三四五六七八九十百千万亿半]")
 _NUMBER = (r"\d+(?:[.,]\d+)?|[零一二两三四五六七八九十百千万亿半]+"
            r"(?=[个只块元岁天年月小时分钟公里米斤克度人次本张件辆层楼号%％])")
+_DIGITS_RE = re.compile(_NUMBER)  # the numerals alone, counted apart from number words (``_count_numbers``)
 # English number words from two up (version 2): "one" is mostly a pronoun.
 _EN_NUMBER_WORDS = frozenset(
     "two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen "
@@ -334,8 +335,6 @@ def cue_tokens(norm: str, version: int = CUE_VERSION) -> list[str]:
     tokens.append(f"number:{min(_count_numbers(norm, t), 4)}")
     return tokens
 
-
-_DIGITS_RE = re.compile(_NUMBER)
 
 
 def _count_numbers(norm: str, t: CueTables) -> int:
