@@ -174,7 +174,7 @@ ensure_llama_cuda() {
 # A fingerprint of the project's sources, so a second run reinstalls only when they changed.
 project_fingerprint() {
   (cd "$PROJECT_DIR" && find pyproject.toml edge cloud_bridge models -type f \
-     \( -name '*.py' -o -name '*.toml' -o -name '*.json' -o -name '*.onnx' \) -print0 2>/dev/null \
+     \( -name '*.py' -o -name '*.c' -o -name '*.toml' -o -name '*.json' -o -name '*.onnx' \) -print0 2>/dev/null \
      | sort -z | xargs -0 -r sha256sum | sha256sum | cut -c1-16) || true
 }
 

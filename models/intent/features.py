@@ -29,6 +29,11 @@ import numpy as np
 from models.intent.ask import final_ask
 from models.intent.cues import cue_tokens
 
+try:  # the hashing core in C, built at install where a compiler is (pyproject.toml); else numpy's spelling
+    from models.intent import _fastviews
+except ImportError:  # pragma: no cover - exercised by the tests with the module hidden
+    _fastviews = None
+
 FEATURE_VERSION = 4
 # Version 2 models (whole message only) still load: their card has no ask view and ``featurize`` skips it.
 # Version 4 is version 3's layout read with the second cue vocabulary (``models.intent.cues``). It is a feature
@@ -267,16 +272,70 @@ class _Views:
     classes: list[list[int]]
 
 
+@dataclass(frozen=True)
+class _Hashed:
+    """Every view's distinct mixed hashes, ascending, with their counts: view i's are
+    ``hashes[bounds[i]:bounds[i + 1]]``; ``classes[i]`` counts its CJK, Latin, digit, maths and code characters
+    and ``numbers`` is how many hashes were counted in all (no count is larger)."""
+
+    hashes: np.ndarray
+    counts: np.ndarray
+    bounds: list[int]
+    classes: list[list[int]]
+    numbers: int
+
+
 def _views(norms: list[str], words: list[list[str]], config: FeatureConfig) -> _Views:
-    """The char n-grams, words and word bigrams of every view, hashed, counted and normalised in one pass.
+    """The char n-grams, words and word bigrams of every view, hashed, counted and normalised.
 
     Each view on its own gets what it always got (``tests/intent/reference_features.py`` is the
     specification): the rolling hash of each n-gram order over ``" " + norm + " "``, the CRC pair of each
     word and a hash of each pair of words, all mixed; then the distinct hashes with 1 + log(count), divided
-    by (sum of squares) ** norm_power and signed by the hash's top bit. Why one pass: for a kiosk request
-    the arrays hold a few hundred numbers and numpy costs per call, not per number. Here the views share
-    every call: all n-gram orders are rows of one 2-D array, all views are segments of one buffer, and the
-    character classes of the shape tokens come from the same code points.
+    by (sum of squares) ** norm_power and signed by the hash's top bit. The hashing and counting run in C
+    (``_fastviews``) where that module was built, else in numpy (``_hashed_views_numpy``), with the same
+    numbers; the floating-point half below is numpy's in both cases, so the values are the same bits.
+    """
+    hashed = _hashed_views_c(norms, words, config) if _fastviews is not None else None
+    if hashed is None:
+        hashed = _hashed_views_numpy(norms, words, config)
+    hashes, counts, bounds = hashed.hashes, hashed.counts, hashed.bounds
+    # 1 + log(count), looked up: no count exceeds the numbers counted, and the table holds np.log's own values.
+    values = _ONE_PLUS_LOG[counts] if hashed.numbers < len(_ONE_PLUS_LOG) else 1.0 + np.log(counts)
+    for a, b in pairwise(bounds):
+        view = values[a:b]
+        view /= np.dot(view, view) ** config.norm_power
+    np.negative(values, out=values, where=hashes >= _SIGN_BIT)
+    return _Views(hashes, values, bounds, hashed.classes)
+
+
+def _hashed_views_c(norms: list[str], words: list[list[str]], config: FeatureConfig) -> _Hashed | None:
+    """``_hashed_views_numpy`` in one call of the C module; None where it declines (a lone surrogate, which
+    the numpy spelling reports as its UnicodeEncodeError)."""
+    padded = [f" {norm} " for norm in norms]
+    text = "".join(padded)
+    starts = [0]
+    for view in padded:
+        starts.append(starts[-1] + len(view))
+    flat = [word for view_words in words for word in view_words]
+    word_hashes = np.fromiter(map(_WORD_HASHES.__getitem__, flat), dtype=np.uint64, count=len(flat))
+    room = len(text) * len(config.char_ngrams) + 2 * len(flat)  # at least the numbers hashed
+    hashes = np.empty(room, dtype=np.uint64)
+    counts = np.empty(room, dtype=np.int64)
+    out = _fastviews.views(text, starts, word_hashes, [len(w) for w in words], config.char_ngrams,
+                           _CLASS_TABLE, hashes, counts)
+    if out is None:
+        return None
+    bounds, classes, numbers = out
+    return _Hashed(hashes[: bounds[-1]], counts[: bounds[-1]], bounds, classes, numbers)
+
+
+def _hashed_views_numpy(norms: list[str], words: list[list[str]], config: FeatureConfig) -> _Hashed:
+    """The hashing half of ``_views`` in numpy: the specification of ``_fastviews.c``, and what runs where
+    that module is not built.
+
+    Why one pass: for a kiosk request the arrays hold a few hundred numbers and numpy costs per call, not
+    per number. Here the views share every call: all n-gram orders are rows of one 2-D array, all views are
+    segments of one buffer, and the character classes of the shape tokens come from the same code points.
     """
     orders, rounds, row, seeds = _ngram_plan(config.char_ngrams)
     top = orders[-1]
@@ -330,21 +389,14 @@ def _views(norms: list[str], words: list[list[str]], config: FeatureConfig) -> _
     runs = np.flatnonzero(first_of_run)
     hashes = mixed[runs[:-1]]
     counts = runs[1:] - runs[:-1]
-    # 1 + log(count), looked up: no count exceeds the numbers counted, and the table holds np.log's own values.
-    values = _ONE_PLUS_LOG[counts] if count < len(_ONE_PLUS_LOG) else 1.0 + np.log(counts)
     bounds = np.searchsorted(runs, seg).tolist()
-    for a, b in pairwise(bounds):
-        view = values[a:b]
-        view /= np.dot(view, view) ** config.norm_power
-    np.negative(values, out=values, where=hashes >= _SIGN_BIT)
-
     # Character classes per view: one gather, and one histogram with view i's flags moved up by 32 * i.
     flags = _CLASS_TABLE[np.minimum(cps32, 0xFFFF)]  # astral characters fall on U+FFFF: no class
     for lo in starts[1:-1]:
         flags[lo:] += 32
     nv = len(norms)
     hist = np.bincount(flags, minlength=32 * nv)[: 32 * nv].reshape(nv, 32)
-    return _Views(hashes, values, bounds, (hist @ _BIT_COUNTS).tolist())
+    return _Hashed(hashes, counts, bounds, (hist @ _BIT_COUNTS).tolist(), count)
 
 
 def _twice(views: _Views) -> _Views:

@@ -6,7 +6,8 @@ of the shipped features guards those). ``models.intent.features.featurize`` comp
 same features in fewer numpy calls; any difference (an index, a value's last bit, the order) would
 move the shipped model's probabilities, so the comparison is exact: on the texts shipped in the
 repository (a third of them per run) and on edge cases, for the shipped configuration, the version-2
-layout and an odd one.
+layout and an odd one, with the hashing core in C and in numpy (``tests/intent/test_fastviews.py`` compares
+those two on random text too).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from models.intent import ask
+from models.intent import ask, features
 from models.intent.cues import CUE_VERSIONS, TABLES, CueTables, _count_numbers, _Cue, _first_chars, cue_tokens
 from models.intent.features import FeatureConfig, featurize, normalize
 from tests.intent import reference_cues, reference_features
@@ -71,8 +72,19 @@ def test_the_texts_are_many() -> None:
     assert len(TEXTS) > 4000
 
 
+@pytest.fixture(params=["c", "numpy"])
+def hashing(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Both spellings of the hashing core: the C module (which ``make`` builds) and numpy's, which runs where
+    the module was not built."""
+    if request.param == "numpy":
+        monkeypatch.setattr(features, "_fastviews", None)
+    else:
+        assert features._fastviews is not None, "models/intent/_fastviews.c was not built: run `make venv`"
+    return request.param
+
+
 @pytest.mark.parametrize("name", sorted(CONFIGS))
-def test_featurize_matches_the_specification(name: str) -> None:
+def test_featurize_matches_the_specification(name: str, hashing: str) -> None:
     config = CONFIGS[name]
     # Every third shipped text (every text was checked when this code was written), every edge case.
     texts = (TEXTS[::3] if name == "shipped" else TEXTS[::15]) + EDGE_CASES
@@ -84,7 +96,7 @@ def test_featurize_matches_the_specification(name: str) -> None:
         assert np.array_equal(val, ref_val), text[:80]
 
 
-def test_a_message_that_nfkc_expands_past_the_count_table_matches_the_specification() -> None:
+def test_a_message_that_nfkc_expands_past_the_count_table_matches_the_specification(hashing: str) -> None:
     """Each "ﷺ" is 18 characters after NFKC: 600 of them count more n-grams than the table of 1 + log(k)
     holds, so the features take the computed fallback, which must agree with the specification too."""
     text = "ﷺ" * 600
