@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import onnxruntime as ort
 
 from models.intent.features import FeatureConfig, featurize
@@ -48,6 +50,27 @@ def choose_providers(requested: list[str] | None = None) -> list[str]:
     return chosen
 
 
+Run = Callable[[dict[str, np.ndarray]], list[np.ndarray]]
+
+
+def probs_runner(session: ort.InferenceSession) -> Run:
+    """How this session computes ``probs`` for one feed.
+
+    On a CPU-only session: the binding's own ``run`` (``session._sess``, onnxruntime's C++ session). The
+    public ``InferenceSession.run`` around it checks the feed's names, OrtValue ownership and graph capture
+    on every call and retries on a fall-back provider after an execution-provider failure; on a CPU-only
+    session with this model's fixed two inputs none of that can apply, and it cost about 20 us of a kiosk
+    decision's classifier call when the CPU caches are cold (measured against the binding's call in
+    ``docs/intent.md``, *Latency*). Where the binding is not there (another onnxruntime) or the session
+    has an accelerator provider (which may fail and fall back), the public ``run``.
+    """
+    public: Run = lambda feed: session.run(["probs"], feed)  # noqa: E731
+    binding = getattr(session, "_sess", None)
+    if session.get_providers() != ["CPUExecutionProvider"] or not callable(getattr(binding, "run", None)):
+        return public
+    return lambda feed: binding.run(["probs"], feed, None)
+
+
 def _session_options() -> ort.SessionOptions:
     opts = ort.SessionOptions()
     # One request is a gather over a few hundred weights: extra threads only add wake-up latency and
@@ -71,6 +94,7 @@ class IntentClassifier:
         if set(self._labels) != {SIMPLE, COMPLEX}:
             raise ValueError(f"model labels must be simple/complex, got {self._labels}")
         self._provider = session.get_providers()[0]
+        self._run = probs_runner(session)
 
     @classmethod
     def load(
@@ -103,7 +127,7 @@ class IntentClassifier:
     def predict_proba(self, text: str) -> dict[str, float]:
         """Label -> probability, without timing."""
         idx, val = featurize(text, self._features)
-        (probs,) = self._session.run(["probs"], {"indices": idx, "values": val})
+        (probs,) = self._run({"indices": idx, "values": val})
         return {label: float(p) for label, p in zip(self._labels, probs.tolist(), strict=True)}
 
     def classify(self, text: str) -> IntentResult:

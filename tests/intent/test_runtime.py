@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from models.intent.features import FeatureConfig, featurize, normalize
-from models.intent.runtime import DEFAULT_MODEL_DIR, IntentClassifier, IntentResult
+from models.intent.runtime import DEFAULT_MODEL_DIR, IntentClassifier, IntentResult, probs_runner
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -81,6 +81,47 @@ def test_shipped_model_is_small() -> None:
     """The bound for a shipped router model is 30 MB; the hidden layer's float16 first layer is 8 MB."""
     size = (DEFAULT_MODEL_DIR / "intent.onnx").stat().st_size
     assert size < 12 * 1024 * 1024
+
+
+def test_the_binding_run_gives_the_public_runs_probabilities(clf: IntentClassifier) -> None:
+    """A CPU-only session runs through the binding's own ``run``: the same numbers as the public one."""
+    session = clf._session
+    fast = probs_runner(session)
+    assert session.get_providers() == ["CPUExecutionProvider"] and callable(session._sess.run)
+    for text, _ in KNOWN:
+        idx, val = featurize(text, clf._features)
+        feed = {"indices": idx, "values": val}
+        assert fast(feed)[0].tobytes() == session.run(["probs"], feed)[0].tobytes()
+
+
+class _Session:
+    """An InferenceSession's face: providers, a public ``run`` and maybe the binding's."""
+
+    def __init__(self, providers: list[str], binding: object = None) -> None:
+        self._providers = providers
+        if binding is not None:
+            self._sess = binding
+
+    def get_providers(self) -> list[str]:
+        return self._providers
+
+    def run(self, names: list[str], feed: dict) -> list[str]:
+        return ["public"]
+
+
+class _Binding:
+    def run(self, names: list[str], feed: dict, options: object) -> list[str]:
+        return ["binding"]
+
+
+@pytest.mark.parametrize(("providers", "binding", "used"), [
+    (["CPUExecutionProvider"], _Binding(), "binding"),
+    (["CPUExecutionProvider"], None, "public"),  # another onnxruntime: no binding attribute
+    (["CPUExecutionProvider"], object(), "public"),  # a binding without run
+    (["CUDAExecutionProvider", "CPUExecutionProvider"], _Binding(), "public"),  # may fail over: public run
+])
+def test_the_public_run_unless_cpu_only_with_a_binding(providers: list[str], binding: object, used: str) -> None:
+    assert probs_runner(_Session(providers, binding))({}) == [used]
 
 
 def test_provider_falls_back_to_cpu() -> None:
