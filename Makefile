@@ -8,7 +8,7 @@ export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 
 .PHONY: run test lint bench venv clean browser
 
-$(STAMP): pyproject.toml models/intent/_fastviews.c
+$(STAMP): pyproject.toml models/intent/_textfeatures.c
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[test,train,bench]'

@@ -29,10 +29,10 @@ import numpy as np
 from models.intent.ask import final_ask
 from models.intent.cues import cue_tokens
 
-try:  # the hashing core in C, built at install where a compiler is (pyproject.toml); else numpy's spelling
-    from models.intent import _fastviews
-except ImportError:  # pragma: no cover - exercised by the tests with the module hidden
-    _fastviews = None
+try:  # the integer half of the text features in C, built at install where a compiler is (pyproject.toml)
+    from models.intent import _textfeatures
+except ImportError:  # pragma: no cover - no compiler at install: numpy's spelling (the tests run both)
+    _textfeatures = None
 
 FEATURE_VERSION = 4
 # Version 2 models (whole message only) still load: their card has no ask view and ``featurize`` skips it.
@@ -272,70 +272,16 @@ class _Views:
     classes: list[list[int]]
 
 
-@dataclass(frozen=True)
-class _Hashed:
-    """Every view's distinct mixed hashes, ascending, with their counts: view i's are
-    ``hashes[bounds[i]:bounds[i + 1]]``; ``classes[i]`` counts its CJK, Latin, digit, maths and code characters
-    and ``numbers`` is how many hashes were counted in all (no count is larger)."""
-
-    hashes: np.ndarray
-    counts: np.ndarray
-    bounds: list[int]
-    classes: list[list[int]]
-    numbers: int
-
-
 def _views(norms: list[str], words: list[list[str]], config: FeatureConfig) -> _Views:
-    """The char n-grams, words and word bigrams of every view, hashed, counted and normalised.
+    """The char n-grams, words and word bigrams of every view, hashed, counted and normalised in one pass.
 
     Each view on its own gets what it always got (``tests/intent/reference_features.py`` is the
     specification): the rolling hash of each n-gram order over ``" " + norm + " "``, the CRC pair of each
     word and a hash of each pair of words, all mixed; then the distinct hashes with 1 + log(count), divided
-    by (sum of squares) ** norm_power and signed by the hash's top bit. The hashing and counting run in C
-    (``_fastviews``) where that module was built, else in numpy (``_hashed_views_numpy``), with the same
-    numbers; the floating-point half below is numpy's in both cases, so the values are the same bits.
-    """
-    hashed = _hashed_views_c(norms, words, config) if _fastviews is not None else None
-    if hashed is None:
-        hashed = _hashed_views_numpy(norms, words, config)
-    hashes, counts, bounds = hashed.hashes, hashed.counts, hashed.bounds
-    # 1 + log(count), looked up: no count exceeds the numbers counted, and the table holds np.log's own values.
-    values = _ONE_PLUS_LOG[counts] if hashed.numbers < len(_ONE_PLUS_LOG) else 1.0 + np.log(counts)
-    for a, b in pairwise(bounds):
-        view = values[a:b]
-        view /= np.dot(view, view) ** config.norm_power
-    np.negative(values, out=values, where=hashes >= _SIGN_BIT)
-    return _Views(hashes, values, bounds, hashed.classes)
-
-
-def _hashed_views_c(norms: list[str], words: list[list[str]], config: FeatureConfig) -> _Hashed | None:
-    """``_hashed_views_numpy`` in one call of the C module; None where it declines (a lone surrogate, which
-    the numpy spelling reports as its UnicodeEncodeError)."""
-    padded = [f" {norm} " for norm in norms]
-    text = "".join(padded)
-    starts = [0]
-    for view in padded:
-        starts.append(starts[-1] + len(view))
-    flat = [word for view_words in words for word in view_words]
-    word_hashes = np.fromiter(map(_WORD_HASHES.__getitem__, flat), dtype=np.uint64, count=len(flat))
-    room = len(text) * len(config.char_ngrams) + 2 * len(flat)  # at least the numbers hashed
-    hashes = np.empty(room, dtype=np.uint64)
-    counts = np.empty(room, dtype=np.int64)
-    out = _fastviews.views(text, starts, word_hashes, [len(w) for w in words], config.char_ngrams,
-                           _CLASS_TABLE, hashes, counts)
-    if out is None:
-        return None
-    bounds, classes, numbers = out
-    return _Hashed(hashes[: bounds[-1]], counts[: bounds[-1]], bounds, classes, numbers)
-
-
-def _hashed_views_numpy(norms: list[str], words: list[list[str]], config: FeatureConfig) -> _Hashed:
-    """The hashing half of ``_views`` in numpy: the specification of ``_fastviews.c``, and what runs where
-    that module is not built.
-
-    Why one pass: for a kiosk request the arrays hold a few hundred numbers and numpy costs per call, not
-    per number. Here the views share every call: all n-gram orders are rows of one 2-D array, all views are
-    segments of one buffer, and the character classes of the shape tokens come from the same code points.
+    by (sum of squares) ** norm_power and signed by the hash's top bit. Why one pass: for a kiosk request
+    the arrays hold a few hundred numbers and numpy costs per call, not per number. Here the views share
+    every call: all n-gram orders are rows of one 2-D array, all views are segments of one buffer, and the
+    character classes of the shape tokens come from the same code points.
     """
     orders, rounds, row, seeds = _ngram_plan(config.char_ngrams)
     top = orders[-1]
@@ -389,14 +335,21 @@ def _hashed_views_numpy(norms: list[str], words: list[list[str]], config: Featur
     runs = np.flatnonzero(first_of_run)
     hashes = mixed[runs[:-1]]
     counts = runs[1:] - runs[:-1]
+    # 1 + log(count), looked up: no count exceeds the numbers counted, and the table holds np.log's own values.
+    values = _ONE_PLUS_LOG[counts] if count < len(_ONE_PLUS_LOG) else 1.0 + np.log(counts)
     bounds = np.searchsorted(runs, seg).tolist()
+    for a, b in pairwise(bounds):
+        view = values[a:b]
+        view /= np.dot(view, view) ** config.norm_power
+    np.negative(values, out=values, where=hashes >= _SIGN_BIT)
+
     # Character classes per view: one gather, and one histogram with view i's flags moved up by 32 * i.
     flags = _CLASS_TABLE[np.minimum(cps32, 0xFFFF)]  # astral characters fall on U+FFFF: no class
     for lo in starts[1:-1]:
         flags[lo:] += 32
     nv = len(norms)
     hist = np.bincount(flags, minlength=32 * nv)[: 32 * nv].reshape(nv, 32)
-    return _Hashed(hashes, counts, bounds, (hist @ _BIT_COUNTS).tolist(), count)
+    return _Views(hashes, values, bounds, (hist @ _BIT_COUNTS).tolist())
 
 
 def _twice(views: _Views) -> _Views:
@@ -404,6 +357,75 @@ def _twice(views: _Views) -> _Views:
     u = views.bounds[1]
     return _Views(np.concatenate([views.hashes, views.hashes]), np.concatenate([views.values, views.values]),
                   [0, u, 2 * u], views.classes * 2)
+
+
+@dataclass(frozen=True)
+class _TextFeatures:
+    """The text features of a request's views: view i's are ``indices[bounds[i]:bounds[i + 1]]`` with their
+    normalised, signed ``values`` (not yet weighted); ``classes[i]`` counts view i's CJK, Latin, digit,
+    maths and code characters."""
+
+    indices: np.ndarray  # int64
+    values: np.ndarray  # float64
+    bounds: list[int]
+    classes: list[list[int]]
+
+
+def _text_features(norms: list[str], words: list[list[str]], config: FeatureConfig) -> _TextFeatures:
+    """The views' features, the second view (the final ask, from version 3) in the ask's part of the hash
+    space. ``norms[1] is norms[0]`` says the ask is the whole message.
+
+    In C (``_textfeatures``) where that module was built, else in numpy (``_text_features_numpy``): the same
+    indices and the same bits of every value. The C module does the integer half (hashes, counts, signs,
+    indices) and copies the values from ``_ONE_PLUS_LOG``; the floating-point normalisation is numpy's in
+    both, below, so no value can differ by a rounding.
+    """
+    out = _text_features_c(norms, words, config) if _textfeatures is not None else None
+    if out is None:
+        return _text_features_numpy(norms, words, config)
+    for a, b in pairwise(out.bounds):  # the values are signed already: the squares and quotients are the same
+        view = out.values[a:b]
+        view /= np.dot(view, view) ** config.norm_power
+    return out
+
+
+def _text_features_c(norms: list[str], words: list[list[str]], config: FeatureConfig) -> _TextFeatures | None:
+    """The C module's features before normalisation; None where it declines (a lone surrogate, which numpy's
+    spelling reports as its UnicodeEncodeError; more numbers than ``_ONE_PLUS_LOG`` holds)."""
+    padded = [f" {norm} " for norm in norms]
+    text = "".join(padded)
+    starts = [0]
+    for view in padded:
+        starts.append(starts[-1] + len(view))
+    flat = [word for view_words in words for word in view_words]
+    room = len(text) * len(config.char_ngrams) + 2 * len(flat)  # at least the numbers hashed
+    indices = np.empty(room, dtype=np.int64)
+    values = np.empty(room, dtype=np.float64)
+    out = _textfeatures.text_features(text, starts, flat, [len(w) for w in words], config.char_ngrams,
+                                      _CLASS_TABLE, _ONE_PLUS_LOG, 1, config.dim, indices, values)
+    if out is None:
+        return None
+    bounds, classes = out
+    return _TextFeatures(indices[: bounds[-1]], values[: bounds[-1]], bounds, classes)
+
+
+def _text_features_numpy(norms: list[str], words: list[list[str]], config: FeatureConfig) -> _TextFeatures:
+    """``_text_features`` in numpy: the specification of ``_textfeatures.c``, and what runs where it was not
+    built. The ask's hashes move to their own part of the space after their signs were taken."""
+    if len(norms) == 2 and norms[1] is norms[0]:
+        views = _twice(_views(norms[:1], words[:1], config))
+    else:
+        views = _views(norms, words, config)
+    if len(views.bounds) > 2:
+        ask_hashes = views.hashes[views.bounds[1] :]
+        ask_hashes ^= _U(_NS_ASK)
+        _mix_inplace(ask_hashes)
+    indices = np.empty(len(views.hashes), dtype=np.int64)
+    if config.dim & (config.dim - 1) == 0:  # ``_index`` written straight into the output: indices < 2**63
+        np.bitwise_and(views.hashes, _U(config.dim - 1), out=indices.view(np.uint64))
+    else:
+        indices[:] = _index(views.hashes, config.dim)
+    return _TextFeatures(indices, views.values, views.bounds, views.classes)
 
 
 def _shape_indices(tokens: list[str], dim: int) -> list[int]:
@@ -429,45 +451,37 @@ def featurize(text: str, config: FeatureConfig) -> tuple[np.ndarray, np.ndarray]
     norm = normalize(text)
     words = _WORD_RE.findall(norm)
     if config.version < 3:
-        views = _views([norm], [words], config)
-        shape = _shape_tokens(len(norm), views.classes[0], text.count("\n"), len(words))
-        return _assemble(views, (1.0,), _shape_indices(shape, config.dim), [], config)
+        features = _text_features([norm], [words], config)
+        shape = _shape_tokens(len(norm), features.classes[0], text.count("\n"), len(words))
+        return _assemble(features, (1.0,), _shape_indices(shape, config.dim), [], config)
     ask = final_ask(text)
     same = ask == text.strip()  # one short ask: the same features again, in the ask's part of the space
     if same:
         ask_norm, ask_words = norm, words
-        views = _twice(_views([norm], [words], config))
     else:
         ask_norm = normalize(ask)
         ask_words = _WORD_RE.findall(ask_norm)
-        views = _views([norm, ask_norm], [words, ask_words], config)
-    shape = _shape_tokens(len(norm), views.classes[0], text.count("\n"), len(words))
-    ask_shape = shape if same else _shape_tokens(len(ask_norm), views.classes[1], ask.count("\n"), len(ask_words))
+    features = _text_features([norm, ask_norm], [words, ask_words], config)
+    shape = _shape_tokens(len(norm), features.classes[0], text.count("\n"), len(words))
+    ask_shape = shape if same else _shape_tokens(len(ask_norm), features.classes[1], ask.count("\n"), len(ask_words))
     share = len(ask_norm) / max(len(norm), 1)
     shape = [*shape, *("ask:" + tok for tok in ask_shape), f"ask_share:{_bucket(share, (0.2, 0.4, 0.7, 0.95))}"]
     cues = cue_tokens(norm, config.cue_version)
     cues += ["ask:" + tok for tok in (cues if same else cue_tokens(ask_norm, config.cue_version))]
-    # The ask's hashes move to their own part of the space (after their signs were taken).
-    ask_hashes = views.hashes[views.bounds[1] : views.bounds[2]]
-    ask_hashes ^= _U(_NS_ASK)
-    _mix_inplace(ask_hashes)
-    return _assemble(views, (config.whole_weight, config.ask_weight), _shape_indices(shape, config.dim),
+    return _assemble(features, (config.whole_weight, config.ask_weight), _shape_indices(shape, config.dim),
                      _shape_indices(cues, config.dim), config)
 
 
-def _assemble(views: _Views, weights: tuple[float, ...], shape: list[int], cues: list[int],
+def _assemble(features: _TextFeatures, weights: tuple[float, ...], shape: list[int], cues: list[int],
               config: FeatureConfig) -> tuple[np.ndarray, np.ndarray]:
     """The output arrays: text features (each view times its weight), then cue and shape tokens."""
-    values = views.values
-    for weight, (a, b) in zip(weights, pairwise(views.bounds), strict=True):
+    values = features.values
+    for weight, (a, b) in zip(weights, pairwise(features.bounds), strict=True):
         if weight != 1.0:
             values[a:b] *= weight
     n_text, n_cues = len(values), len(cues)
     indices = np.empty(n_text + n_cues + len(shape), dtype=np.int64)
-    if config.dim & (config.dim - 1) == 0:  # ``_index`` written straight into the output: indices < 2**63
-        np.bitwise_and(views.hashes, _U(config.dim - 1), out=indices[:n_text].view(np.uint64))
-    else:
-        indices[:n_text] = _index(views.hashes, config.dim)
+    indices[:n_text] = features.indices
     indices[n_text:] = cues + shape
     out = np.empty(len(indices), dtype=np.float32)
     out[:n_text] = values

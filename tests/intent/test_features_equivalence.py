@@ -6,7 +6,7 @@ of the shipped features guards those). ``models.intent.features.featurize`` comp
 same features in fewer numpy calls; any difference (an index, a value's last bit, the order) would
 move the shipped model's probabilities, so the comparison is exact: on the texts shipped in the
 repository (a third of them per run) and on edge cases, for the shipped configuration, the version-2
-layout and an odd one, with the hashing core in C and in numpy (``tests/intent/test_fastviews.py`` compares
+layout and an odd one, with the text features in C and in numpy (``tests/intent/test_textfeatures.py`` compares
 those two on random text too).
 """
 
@@ -74,12 +74,12 @@ def test_the_texts_are_many() -> None:
 
 @pytest.fixture(params=["c", "numpy"])
 def hashing(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Both spellings of the hashing core: the C module (which ``make`` builds) and numpy's, which runs where
+    """Both spellings of the text features: the C module (which ``make`` builds) and numpy's, which runs where
     the module was not built."""
     if request.param == "numpy":
-        monkeypatch.setattr(features, "_fastviews", None)
+        monkeypatch.setattr(features, "_textfeatures", None)
     else:
-        assert features._fastviews is not None, "models/intent/_fastviews.c was not built: run `make venv`"
+        assert features._textfeatures is not None, "models/intent/_textfeatures.c was not built: run `make venv`"
     return request.param
 
 

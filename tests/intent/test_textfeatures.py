@@ -1,0 +1,122 @@
+"""The C text features (``models/intent/_textfeatures.c``) against numpy's spelling of them, bit for bit.
+
+``test_features_equivalence`` holds both spellings to the specification on the shipped texts; here random
+text and random words (any code point but lone surrogates, astral ones, runs that fill one sort bucket, a
+dimension that is not a power of two) check the two against each other, and the module's own guards are
+driven: a bad argument is a ValueError or TypeError, never a crash, and where numpy's spelling must answer
+(a lone surrogate, more numbers than the table of logarithms holds) the module declines.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from models.intent import features
+from models.intent.features import (
+    _CLASS_TABLE,
+    _ONE_PLUS_LOG,
+    FeatureConfig,
+    _text_features,
+    _text_features_c,
+    _text_features_numpy,
+    normalize,
+)
+
+textfeatures = features._textfeatures
+CONFIGS = [FeatureConfig(), FeatureConfig(char_ngrams=(3, 1, 2)), FeatureConfig(dim=1000, char_ngrams=(2, 2, 5)),
+           FeatureConfig(version=2)]
+NO_SURROGATES = st.characters(exclude_categories=["Cs"])
+
+
+def test_the_module_is_built() -> None:
+    """``make venv`` compiles it (pyproject.toml's ext-modules); a kiosk without it runs numpy, slower."""
+    assert textfeatures is not None, "models/intent/_textfeatures.c was not built: run `make venv` with a C compiler"
+
+
+def _assert_same(norms: list[str], words: list[list[str]], config: FeatureConfig) -> None:
+    c = _text_features(norms, words, config)
+    ref = _text_features_numpy(norms, words, config)
+    assert c.indices.dtype == ref.indices.dtype == np.int64 and c.values.dtype == ref.values.dtype == np.float64
+    assert np.array_equal(c.indices, ref.indices)
+    assert c.values.tobytes() == ref.values.tobytes()
+    assert (c.bounds, c.classes) == (ref.bounds, ref.classes)
+
+
+def _views_of(texts: list[str], config: FeatureConfig) -> tuple[list[str], list[list[str]]]:
+    norms = [normalize(text) for text in texts[: 1 if config.version < 3 else 2]]
+    return norms, [features._WORD_RE.findall(norm) for norm in norms]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.text(NO_SURROGATES, max_size=120) | st.text("ab 中文1+{", max_size=200), min_size=2, max_size=2),
+       st.sampled_from(CONFIGS))
+def test_c_and_numpy_give_the_same_features(texts: list[str], config: FeatureConfig) -> None:
+    norms, words = _views_of(texts, config)
+    _assert_same(norms, words, config)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.text(NO_SURROGATES, min_size=1, max_size=12), max_size=8), min_size=2, max_size=2))
+def test_any_word_is_hashed_as_zlib_hashes_its_utf8(words: list[list[str]]) -> None:
+    """The C module's CRC-32 is its own: any word (not only the ASCII ones the word pattern finds) must get
+    the numbers of zlib's, which numpy's spelling uses."""
+    _assert_same(["ab", "c"], words, FeatureConfig())
+
+
+def test_the_ask_that_is_the_whole_message() -> None:
+    """``featurize`` passes the same norm twice for it: numpy copies one view, C computes it twice."""
+    norm = normalize("Where is gate B12?")
+    words = features._WORD_RE.findall(norm)
+    ref = _text_features_numpy([norm, norm], [words, words], FeatureConfig())
+    c = _text_features([norm, norm], [words, words], FeatureConfig())
+    assert np.array_equal(c.indices, ref.indices) and c.values.tobytes() == ref.values.tobytes()
+    half = ref.bounds[1]
+    assert not np.array_equal(ref.indices[:half], ref.indices[half:])  # the ask's copy was moved
+
+
+@pytest.mark.parametrize("text", ["x" * 600, "ab" * 300, "中" * 600, "𠀀😀" * 200, "", "a"])
+def test_runs_that_fill_one_sort_bucket_and_tiny_views(text: str) -> None:
+    """600 equal characters give one hash per order 600 times over: the sort's qsort fall-back."""
+    norms, words = _views_of([text, text[:40]], FeatureConfig())
+    _assert_same(norms, words, FeatureConfig())
+
+
+def test_where_numpy_must_answer_the_module_declines() -> None:
+    config = FeatureConfig()
+    surrogate = normalize("where is \ud800 the gate")
+    assert _text_features_c([surrogate], [["where"]], config) is None
+    with pytest.raises(UnicodeEncodeError):
+        features.featurize("where is \ud800 the gate", config)
+    long = "ﷺ" * 600  # NFKC: 18 characters each, more n-grams than the table of logarithms
+    norms, words = _views_of([long, long], config)
+    assert _text_features_c(norms, words, config) is None
+
+
+def _call(**change: object) -> object:
+    args = {"text": " ab ", "starts": [0, 4], "words": ["ab"], "word_counts": [1], "orders": (1, 2),
+            "table": _CLASS_TABLE, "logs": _ONE_PLUS_LOG, "remix_from": 1, "dim": 1 << 18,
+            "indices": np.empty(16, dtype=np.int64), "values": np.empty(16, dtype=np.float64)}
+    args.update(change)
+    return textfeatures.text_features(*args.values())
+
+
+@pytest.mark.parametrize("change", [
+    {"starts": [0, 3]}, {"starts": [1, 4]}, {"starts": [0, 4, 2]}, {"word_counts": [2]}, {"words": ("ab",)},
+    {"words": [b"ab"]}, {"orders": (0,)}, {"orders": (-1,)}, {"table": np.zeros(10, dtype=np.uint8)},
+    {"logs": np.zeros(3, dtype=np.uint8)}, {"dim": 0}, {"indices": np.empty(2, dtype=np.int64)},
+    {"values": np.empty(2, dtype=np.float64)},
+])
+def test_bad_arguments_are_errors_not_crashes(change: dict) -> None:
+    assert _call()[0] == [0, 7]  # the unchanged call works: " ab " has 3 + 3 distinct n-grams, and 1 word
+    with pytest.raises((ValueError, TypeError)):
+        _call(**change)
+
+
+def test_read_only_output_is_refused() -> None:
+    frozen = np.empty(16, dtype=np.int64)
+    frozen.setflags(write=False)
+    with pytest.raises((ValueError, TypeError, BufferError)):
+        _call(indices=frozen)
