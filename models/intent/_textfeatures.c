@@ -294,8 +294,231 @@ done:
     return result;
 }
 
+/* ------------------------------------------------------------------------------------------------------
+ * cue_scan: the English part of models.intent.cues.cue_tokens and its number count, in one pass.
+ *
+ * The rules it keeps (cue_tokens and _count_numbers in cues.py are the specification, and the tests hold
+ * the two to each other):
+ *   - words are the maximal runs of [a-z0-9+'-] (cues' _EN_WORD_RE);
+ *   - a word in `words_map` adds its domains; a word whose first `shortest` characters are in
+ *     `prefix_heads` adds the domain of every (prefix, domain) of `prefix_cues` it starts with;
+ *   - phrases: left to right, at each word that opens phrases (`phrases_by_first`, in domain order), the
+ *     first phrase whose words follow adds its domain and the scan resumes after it;
+ *   - numbers: the distinct numerals, \d+([.,]\d+)? or a run of Chinese numerals followed by a unit
+ *     (\d is a Unicode decimal digit, as in re), plus the distinct `number_words` that are whole words
+ *     (a maximal run of \w characters: alphanumeric or '_', as re's \b and \w read them).
+ * Returns (set of domain names, number count).
+ */
+static int is_en_word_char(Py_UCS4 c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '+' || c == '\'' || c == '-';
+}
+
+static int is_re_word_char(Py_UCS4 c) { return Py_UNICODE_ISALNUM(c) || c == '_'; }
+
+static const Py_UCS4 ZH_NUMERALS[] = {0x96F6, 0x4E00, 0x4E8C, 0x4E24, 0x4E09, 0x56DB, 0x4E94, 0x516D, 0x4E03,
+                                      0x516B, 0x4E5D, 0x5341, 0x767E, 0x5343, 0x4E07, 0x4EBF, 0x534A, 0};
+/* 个只块元岁天年月小时分钟公里米斤克度人次本张件辆层楼号%％ */
+static const Py_UCS4 ZH_UNITS[] = {0x4E2A, 0x53EA, 0x5757, 0x5143, 0x5C81, 0x5929, 0x5E74, 0x6708, 0x5C0F, 0x65F6,
+                                   0x5206, 0x949F, 0x516C, 0x91CC, 0x7C73, 0x65A4, 0x514B, 0x5EA6, 0x4EBA, 0x6B21,
+                                   0x672C, 0x5F20, 0x4EF6, 0x8F86, 0x5C42, 0x697C, 0x53F7, 0x25, 0xFF05, 0};
+
+static int in_list(Py_UCS4 c, const Py_UCS4 *list) {
+    for (; *list; list++)
+        if (*list == c) return 1;
+    return 0;
+}
+
+/* Adds every item of the tuple `names` to the set `found`; -1 on error. */
+static int add_all(PyObject *found, PyObject *names) {
+    if (!PyTuple_Check(names)) {
+        PyErr_SetString(PyExc_TypeError, "a cue word's domains must be a tuple");
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(names); i++)
+        if (PySet_Add(found, PyTuple_GET_ITEM(names, i)) < 0) return -1;
+    return 0;
+}
+
+/* Adds norm[lo:hi] to the set `seen`; -1 on error. */
+static int add_span(PyObject *seen, PyObject *norm, Py_ssize_t lo, Py_ssize_t hi) {
+    PyObject *piece = PyUnicode_Substring(norm, lo, hi);
+    if (piece == NULL) return -1;
+    int rc = PySet_Add(seen, piece);
+    Py_DECREF(piece);
+    return rc;
+}
+
+static int scan_words(PyObject *words, PyObject *found, PyObject *words_map, PyObject *prefix_heads,
+                      Py_ssize_t shortest, PyObject *prefix_cues, PyObject *phrases_by_first) {
+    Py_ssize_t n = PyList_GET_SIZE(words);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *word = PyList_GET_ITEM(words, i);
+        PyObject *names = PyDict_GetItemWithError(words_map, word);
+        if (names == NULL && PyErr_Occurred()) return -1;
+        if (names != NULL && add_all(found, names) < 0) return -1;
+        if (shortest > 0 && PyUnicode_GET_LENGTH(word) >= shortest) {
+            PyObject *head = PyUnicode_Substring(word, 0, shortest);
+            if (head == NULL) return -1;
+            int hit = PySet_Contains(prefix_heads, head);
+            Py_DECREF(head);
+            if (hit < 0) return -1;
+            for (Py_ssize_t k = 0; hit && k < PyTuple_GET_SIZE(prefix_cues); k++) {
+                PyObject *pair = PyTuple_GET_ITEM(prefix_cues, k);
+                int starts = (int)PyUnicode_Tailmatch(word, PyTuple_GET_ITEM(pair, 0), 0, PY_SSIZE_T_MAX, -1);
+                if (starts < 0) return -1;
+                if (starts && PySet_Add(found, PyTuple_GET_ITEM(pair, 1)) < 0) return -1;
+            }
+        }
+    }
+    for (Py_ssize_t i = 0; i + 1 < n;) {
+        PyObject *options = PyDict_GetItemWithError(phrases_by_first, PyList_GET_ITEM(words, i));
+        if (options == NULL && PyErr_Occurred()) return -1;
+        Py_ssize_t next = i + 1;
+        for (Py_ssize_t k = 0; options != NULL && k < PyTuple_GET_SIZE(options); k++) {
+            PyObject *option = PyTuple_GET_ITEM(options, k), *parts = PyTuple_GET_ITEM(option, 1);
+            Py_ssize_t len = PyTuple_GET_SIZE(parts), j = 0;
+            if (i + len > n) continue;
+            for (; j < len; j++) {
+                int eq = PyObject_RichCompareBool(PyList_GET_ITEM(words, i + j), PyTuple_GET_ITEM(parts, j), Py_EQ);
+                if (eq < 0) return -1;
+                if (!eq) break;
+            }
+            if (j == len) {
+                if (PySet_Add(found, PyTuple_GET_ITEM(option, 0)) < 0) return -1;
+                next = i + len;
+                break;
+            }
+        }
+        i = next;
+    }
+    return 0;
+}
+
+static Py_ssize_t count_numbers(PyObject *norm, PyObject *number_words) {
+    int kind = PyUnicode_KIND(norm);
+    const void *data = PyUnicode_DATA(norm);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(norm), count = -1;
+    PyObject *numerals = PySet_New(NULL), *names = PySet_New(NULL);
+    if (numerals == NULL || names == NULL) goto done;
+    for (Py_ssize_t i = 0; i < n;) {  /* numerals: re's findall, left to right, no overlap */
+        Py_UCS4 c = PyUnicode_READ(kind, data, i);
+        if (Py_UNICODE_ISDECIMAL(c)) {
+            Py_ssize_t k = i + 1;
+            while (k < n && Py_UNICODE_ISDECIMAL(PyUnicode_READ(kind, data, k))) k++;
+            if (k + 1 < n) {
+                Py_UCS4 sep = PyUnicode_READ(kind, data, k);
+                if ((sep == '.' || sep == ',') && Py_UNICODE_ISDECIMAL(PyUnicode_READ(kind, data, k + 1))) {
+                    k += 2;
+                    while (k < n && Py_UNICODE_ISDECIMAL(PyUnicode_READ(kind, data, k))) k++;
+                }
+            }
+            if (add_span(numerals, norm, i, k) < 0) goto done;
+            i = k;
+        } else if (in_list(c, ZH_NUMERALS)) {
+            Py_ssize_t k = i + 1;
+            while (k < n && in_list(PyUnicode_READ(kind, data, k), ZH_NUMERALS)) k++;
+            /* Units are no numerals, so a shorter run is followed by a numeral: only the whole run can match,
+               and where it does not, no position inside it can either. */
+            if (k < n && in_list(PyUnicode_READ(kind, data, k), ZH_UNITS) && add_span(numerals, norm, i, k) < 0)
+                goto done;
+            i = k;
+        } else {
+            i++;
+        }
+    }
+    if (PySet_GET_SIZE(number_words) > 0) {  /* whole words: maximal runs of \w */
+        for (Py_ssize_t i = 0; i < n;) {
+            if (!is_re_word_char(PyUnicode_READ(kind, data, i))) {
+                i++;
+                continue;
+            }
+            Py_ssize_t k = i + 1;
+            while (k < n && is_re_word_char(PyUnicode_READ(kind, data, k))) k++;
+            if (k - i <= 16) {
+                PyObject *word = PyUnicode_Substring(norm, i, k);
+                if (word == NULL) goto done;
+                int hit = PySet_Contains(number_words, word);
+                if (hit > 0) hit = PySet_Add(names, word) == 0;
+                Py_DECREF(word);
+                if (hit < 0) goto done;
+            }
+            i = k;
+        }
+    }
+    count = PySet_GET_SIZE(numerals) + PySet_GET_SIZE(names);
+done:
+    Py_XDECREF(numerals);
+    Py_XDECREF(names);
+    return count;
+}
+
+PyDoc_STRVAR(cue_scan_doc,
+"cue_scan(norm, words_map, prefix_heads, shortest, prefix_cues, phrases_by_first, number_words)\n"
+"    -> (domains, numbers)\n\n"
+"The English cue domains of a normalised text and its count of distinct numbers (see the source).");
+
+static PyObject *cue_scan(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *norm, *words_map, *prefix_heads, *prefix_cues, *phrases_by_first, *number_words;
+    Py_ssize_t shortest;
+    if (!PyArg_ParseTuple(args, "UO!O!nO!O!O!", &norm, &PyDict_Type, &words_map, &PyFrozenSet_Type, &prefix_heads,
+                          &shortest, &PyTuple_Type, &prefix_cues, &PyDict_Type, &phrases_by_first,
+                          &PyFrozenSet_Type, &number_words))
+        return NULL;
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(prefix_cues); k++) {
+        PyObject *pair = PyTuple_GET_ITEM(prefix_cues, k);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 || !PyUnicode_Check(PyTuple_GET_ITEM(pair, 0))) {
+            PyErr_SetString(PyExc_TypeError, "prefix_cues must hold (prefix, domain) pairs");
+            return NULL;
+        }
+    }
+    int kind = PyUnicode_KIND(norm);
+    const void *data = PyUnicode_DATA(norm);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(norm);
+    PyObject *words = PyList_New(0), *found = PySet_New(NULL), *result = NULL;
+    if (words == NULL || found == NULL) goto done;
+    for (Py_ssize_t i = 0; i < n;) {
+        if (!is_en_word_char(PyUnicode_READ(kind, data, i))) {
+            i++;
+            continue;
+        }
+        Py_ssize_t k = i + 1;
+        while (k < n && is_en_word_char(PyUnicode_READ(kind, data, k))) k++;
+        PyObject *word = PyUnicode_Substring(norm, i, k);
+        if (word == NULL || PyList_Append(words, word) < 0) {
+            Py_XDECREF(word);
+            goto done;
+        }
+        Py_DECREF(word);
+        i = k;
+    }
+    /* The phrase options' shapes are checked as they are read; a malformed table is a TypeError. */
+    PyObject *key, *value;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(phrases_by_first, &pos, &key, &value)) {
+        if (!PyTuple_Check(value)) goto bad_phrases;
+        for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(value); k++) {
+            PyObject *option = PyTuple_GET_ITEM(value, k);
+            if (!PyTuple_Check(option) || PyTuple_GET_SIZE(option) != 2 || !PyTuple_Check(PyTuple_GET_ITEM(option, 1)))
+                goto bad_phrases;
+        }
+    }
+    if (scan_words(words, found, words_map, prefix_heads, shortest, prefix_cues, phrases_by_first) < 0)
+        goto done;
+    Py_ssize_t numbers = count_numbers(norm, number_words);
+    if (numbers < 0) goto done;
+    result = Py_BuildValue("On", found, numbers);
+    goto done;
+bad_phrases:
+    PyErr_SetString(PyExc_TypeError, "phrases_by_first must map a word to ((domain, words), ...)");
+done:
+    Py_XDECREF(words);
+    Py_XDECREF(found);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"text_features", text_features, METH_VARARGS, text_features_doc},
+    {"cue_scan", cue_scan, METH_VARARGS, cue_scan_doc},
     {NULL, NULL, 0, NULL},
 };
 

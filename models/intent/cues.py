@@ -30,6 +30,11 @@ from dataclasses import dataclass, field
 from itertools import compress, count, pairwise
 from operator import itemgetter
 
+try:  # the English cues in C, built at install with the text features (``models/intent/_textfeatures.c``)
+    from models.intent import _textfeatures
+except ImportError:  # pragma: no cover - no compiler at install: the spelling below (the tests run both)
+    _textfeatures = None
+
 
 @dataclass(frozen=True)
 class _Cue:
@@ -209,6 +214,7 @@ class CueTables:
     # A word can start with a prefix only if its first ``len(shortest prefix)`` characters are one of
     # ``prefix_heads``: ``prefix_head`` cuts them, and ``map`` calls both in C, with no frame per word.
     prefix_head: Callable[[str], str] = field(init=False)
+    prefix_length: int = field(init=False)  # the shortest prefix's length: what ``prefix_head`` keeps
     prefix_heads: frozenset[str] = field(init=False)
     phrase_pairs: frozenset[tuple[str, str]] = field(init=False)  # the first two words of every phrase
     # ``number_words`` as whole words behind a lookahead for their first letters (None without any): a word
@@ -221,6 +227,7 @@ class CueTables:
         object.__setattr__(self, "prefixes", tuple(prefix for prefix, _ in self.prefix_cues))
         shortest = min(map(len, self.prefixes), default=0)
         object.__setattr__(self, "prefix_head", itemgetter(slice(None, shortest)))
+        object.__setattr__(self, "prefix_length", shortest)
         object.__setattr__(self, "prefix_heads", frozenset(prefix[:shortest] for prefix in self.prefixes))
         pairs = [parts[:2] for options in self.phrases_by_first.values() for _, parts in options]
         if any(len(pair) < 2 for pair in pairs):
@@ -315,12 +322,31 @@ def cue_tokens(norm: str, version: int = CUE_VERSION) -> list[str]:
     """The cue tokens of a normalised text (``normalize`` in ``features``): ``cue:<domain>`` and ``number:<n>``,
     with the vocabulary of ``version`` (the model card's).
 
+    The English words, prefixes, phrases and the number count are one pass of the C module where it was
+    built (``_textfeatures.cue_scan``), else ``_english_cues`` and ``_count_numbers`` below, which are its
+    specification: the tests hold the two to each other. The Chinese terms are always ``re``'s.
+    """
+    t = TABLES[version]
+    if _textfeatures is not None:
+        found, numbers = _textfeatures.cue_scan(norm, t.words, t.prefix_heads, t.prefix_length,
+                                                t.prefix_cues, t.phrases_by_first, t.number_words)
+    else:
+        found, numbers = _english_cues(norm, t), _count_numbers(norm, t)
+    if _CJK_RE.search(norm) is not None:
+        found.update(m.lastgroup for m in t.zh_re.finditer(norm) if m.lastgroup)
+    tokens = [f"cue:{name}" for name in t.names if name in found]
+    tokens.append(f"number:{min(numbers, 4)}")
+    return tokens
+
+
+def _english_cues(norm: str, t: CueTables) -> set[str]:
+    """The domains of the English cue words, prefixes and phrases of ``norm``.
+
     A set intersection for the cue words and one filtering pass for the prefixes, not a dictionary lookup
     and a prefix test per word in a Python loop: that loop cost more than a long message's shape tokens.
     The filter compares each word's head with a set (``prefix_heads``), not each word with every prefix:
     a third of the time on a long message; only the words it keeps are tested prefix by prefix.
     """
-    t = TABLES[version]
     word_list = _EN_WORD_RE.findall(norm)
     found: set[str] = set()
     for word in t.cue_words.intersection(word_list):
@@ -329,12 +355,7 @@ def cue_tokens(norm: str, version: int = CUE_VERSION) -> list[str]:
         found.update(name for prefix, name in t.prefix_cues if word.startswith(prefix))
     if not t.phrase_firsts.isdisjoint(word_list):
         found |= _phrase_cues(word_list, t)
-    if _CJK_RE.search(norm) is not None:
-        found.update(m.lastgroup for m in t.zh_re.finditer(norm) if m.lastgroup)
-    tokens = [f"cue:{name}" for name in t.names if name in found]
-    tokens.append(f"number:{min(_count_numbers(norm, t), 4)}")
-    return tokens
-
+    return found
 
 
 def _count_numbers(norm: str, t: CueTables) -> int:

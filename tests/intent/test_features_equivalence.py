@@ -22,7 +22,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from models.intent import ask, features
+from models.intent import ask, cues, features
 from models.intent.cues import CUE_VERSIONS, TABLES, CueTables, _count_numbers, _Cue, _first_chars, cue_tokens
 from models.intent.features import FeatureConfig, featurize, normalize
 from tests.intent import reference_cues, reference_features
@@ -74,10 +74,11 @@ def test_the_texts_are_many() -> None:
 
 @pytest.fixture(params=["c", "numpy"])
 def hashing(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Both spellings of the text features: the C module (which ``make`` builds) and numpy's, which runs where
-    the module was not built."""
+    """Both spellings of the text features and the English cues: the C module (which ``make`` builds) and
+    the Python and numpy one, which runs where the module was not built."""
     if request.param == "numpy":
         monkeypatch.setattr(features, "_textfeatures", None)
+        monkeypatch.setattr(cues, "_textfeatures", None)
     else:
         assert features._textfeatures is not None, "models/intent/_textfeatures.c was not built: run `make venv`"
     return request.param
@@ -106,7 +107,7 @@ def test_a_message_that_nfkc_expands_past_the_count_table_matches_the_specificat
 
 
 @pytest.mark.parametrize("version", CUE_VERSIONS)
-def test_cues_match_the_specification(version: int) -> None:
+def test_cues_match_the_specification(version: int, hashing: str) -> None:
     for text in TEXTS[1::4]:
         norm = normalize(text)
         assert cue_tokens(norm, version) == reference_cues.cue_tokens(norm, version), text[:80]

@@ -1,4 +1,5 @@
-"""The C text features (``models/intent/_textfeatures.c``) against numpy's spelling of them, bit for bit.
+"""The C module ``models/intent/_textfeatures.c`` against the Python and numpy spelling it replaces, bit for bit:
+its text features and its English cue scan.
 
 ``test_features_equivalence`` holds both spellings to the specification on the shipped texts; here random
 text and random words (any code point but lone surrogates, astral ones, runs that fill one sort bucket, a
@@ -15,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from models.intent import features
+from models.intent.cues import CUE_VERSIONS, TABLES, _count_numbers, _english_cues
 from models.intent.features import (
     _CLASS_TABLE,
     _ONE_PLUS_LOG,
@@ -120,3 +122,51 @@ def test_read_only_output_is_refused() -> None:
     frozen.setflags(write=False)
     with pytest.raises((ValueError, TypeError, BufferError)):
         _call(indices=frozen)
+
+
+# Numerals, separators, Chinese numerals and units, number words, cue words, prefixes and phrase words, and
+# what may touch them (letters, digits, CJK, underscore, apostrophe, hyphen, plus, an accented letter).
+_CUE_PIECES = ["two", "eighteen", "eight", "sixty", "hundred", "one", "3", "12.5", "1,000", ",", ".", " ", " ",
+               "二", "十五", "个", "块", "楼", "x", "_", "é", "-", "'", "+", "٣", "prove", "theorem", "calcul",
+               "python", "how", "to", "step", "by", "insurance", "claim", "which", "is", "better", "or", "should",
+               "i", "choose", "big", "o", "dynamic", "programming", "ation"]
+
+
+def _scan(norm: str, version: int) -> tuple[set[str], int]:
+    t = TABLES[version]
+    return textfeatures.cue_scan(norm, t.words, t.prefix_heads, t.prefix_length, t.prefix_cues, t.phrases_by_first,
+                                 t.number_words)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(_CUE_PIECES), max_size=16).map("".join) | st.text(NO_SURROGATES, max_size=60),
+       st.sampled_from(CUE_VERSIONS))
+def test_the_cue_scan_finds_what_the_python_spelling_finds(norm: str, version: int) -> None:
+    t = TABLES[version]
+    found, numbers = _scan(norm, version)
+    assert found == _english_cues(norm, t)
+    assert numbers == _count_numbers(norm, t) == len(set(t.number_re.findall(norm)))
+
+
+@pytest.mark.parametrize("version", CUE_VERSIONS)
+def test_phrases_resume_after_a_match(version: int) -> None:
+    """"or should i choose" holds two overlapping phrases of the same domain; the scan takes the first and
+    resumes after it, as the Python spelling does."""
+    norm = "which is better or should i choose or should i"
+    assert _scan(norm, version)[0] == _english_cues(norm, TABLES[version])
+
+
+@pytest.mark.parametrize("change", [
+    {"words_map": []}, {"prefix_heads": set()}, {"prefix_cues": (("pro",),)}, {"prefix_cues": ((1, "x"),)},
+    {"phrases_by_first": {"which": [("reason", ("which", "is"))]}}, {"phrases_by_first": {"which": (("reason",),)}},
+    {"number_words": {"two"}},
+])
+def test_the_cue_scan_refuses_malformed_tables(change: dict) -> None:
+    t = TABLES[2]
+    args = {"norm": "which is better", "words_map": t.words, "prefix_heads": t.prefix_heads,
+            "shortest": t.prefix_length, "prefix_cues": t.prefix_cues, "phrases_by_first": t.phrases_by_first,
+            "number_words": t.number_words}
+    assert textfeatures.cue_scan(*args.values())[0] == {"reason"}
+    args.update(change)
+    with pytest.raises(TypeError):
+        textfeatures.cue_scan(*args.values())
