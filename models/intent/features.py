@@ -34,6 +34,13 @@ try:  # the integer half of the text features in C, built at install where a com
 except ImportError:  # pragma: no cover - no compiler at install: numpy's spelling (the tests run both)
     _textfeatures = None
 
+
+def implementation() -> str:
+    """Which spelling computes the text features and cues: "C" (``_textfeatures``, built at install) or
+    "python" (numpy and ``re``: the same numbers, slower; the module was not built)."""
+    return "C" if _textfeatures is not None else "python"
+
+
 FEATURE_VERSION = 4
 # Version 2 models (whole message only) still load: their card has no ask view and ``featurize`` skips it.
 # Version 4 is version 3's layout read with the second cue vocabulary (``models.intent.cues``). It is a feature

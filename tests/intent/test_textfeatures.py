@@ -170,3 +170,10 @@ def test_the_cue_scan_refuses_malformed_tables(change: dict) -> None:
     args.update(change)
     with pytest.raises(TypeError):
         textfeatures.cue_scan(*args.values())
+
+
+def test_the_implementation_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The gateway logs which spelling runs (``edge/activation.py``): without the module, "python"."""
+    assert features.implementation() == "C"
+    monkeypatch.setattr(features, "_textfeatures", None)
+    assert features.implementation() == "python"
