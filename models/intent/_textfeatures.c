@@ -43,6 +43,13 @@
 #define N_CLASSES 5
 #define SMALL_SORT 48
 
+/* Python 3.10 and 3.11 may still hold a str in the legacy form, which PyUnicode_READ cannot read. */
+#if PY_VERSION_HEX < 0x030C0000
+#define ENSURE_READY(s) (PyUnicode_READY(s) == 0)
+#else
+#define ENSURE_READY(s) 1
+#endif
+
 static inline uint64_t mix(uint64_t x) {
     x ^= x >> 30;
     x *= 0xBF58476D1CE4E5B9ULL;
@@ -152,6 +159,7 @@ static PyObject *text_features(PyObject *Py_UNUSED(self), PyObject *args) {
     if (!PyArg_ParseTuple(args, "UOO!OOy*y*nKw*w*", &text, &starts_obj, &PyList_Type, &words, &word_counts_obj,
                           &orders_obj, &table, &logs, &remix_from, &dim, &out_i, &out_v))
         return NULL;
+    if (!ENSURE_READY(text)) goto done;
     if ((starts = read_sizes(starts_obj, &n_starts, "starts")) == NULL) goto done;
     if ((word_counts = read_sizes(word_counts_obj, &n_views, "word_counts")) == NULL) goto done;
     if ((orders = read_sizes(orders_obj, &n_orders, "orders")) == NULL) goto done;
@@ -464,6 +472,7 @@ static PyObject *cue_scan(PyObject *Py_UNUSED(self), PyObject *args) {
                           &shortest, &PyTuple_Type, &prefix_cues, &PyDict_Type, &phrases_by_first,
                           &PyFrozenSet_Type, &number_words))
         return NULL;
+    if (!ENSURE_READY(norm)) return NULL;
     for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(prefix_cues); k++) {
         PyObject *pair = PyTuple_GET_ITEM(prefix_cues, k);
         if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 || !PyUnicode_Check(PyTuple_GET_ITEM(pair, 0))) {
