@@ -446,7 +446,7 @@ static Py_ssize_t count_numbers(PyObject *norm, PyObject *number_words) {
                 PyObject *word = PyUnicode_Substring(norm, i, k);
                 if (word == NULL) goto done;
                 int hit = PySet_Contains(number_words, word);
-                if (hit > 0) hit = PySet_Add(names, word) == 0;
+                if (hit > 0 && PySet_Add(names, word) < 0) hit = -1;
                 Py_DECREF(word);
                 if (hit < 0) goto done;
             }

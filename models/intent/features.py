@@ -1,4 +1,7 @@
-"""Text -> sparse hashed feature vector, with numpy and the standard library only.
+"""Text -> sparse hashed feature vector, with numpy and the standard library, and this package's C module.
+
+The C module (``_textfeatures.c``, built at install) computes the integer half of the text features; where it
+was not built, numpy computes the same numbers (``_text_features_numpy``), slower. Nothing else is needed.
 
 Why hashing instead of a fitted vocabulary: the runtime then needs no vocabulary file and no sklearn, the
 feature space is fixed (so the ONNX graph is just a weight vector), and the same function is used by the
@@ -280,7 +283,8 @@ class _Views:
 
 
 def _views(norms: list[str], words: list[list[str]], config: FeatureConfig) -> _Views:
-    """The char n-grams, words and word bigrams of every view, hashed, counted and normalised in one pass.
+    """The char n-grams, words and word bigrams of every view, hashed, counted and normalised in one pass of
+    numpy (the spelling ``_text_features_numpy`` runs where the C module was not built).
 
     Each view on its own gets what it always got (``tests/intent/reference_features.py`` is the
     specification): the rolling hash of each n-gram order over ``" " + norm + " "``, the CRC pair of each

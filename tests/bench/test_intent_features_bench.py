@@ -8,15 +8,16 @@ from pathlib import Path
 from bench.intent_features import main
 
 
-def test_smoke_run_writes_both_sides(tmp_path: Path, capsys) -> None:
+def test_smoke_run_writes_every_side(tmp_path: Path, capsys) -> None:
     out = tmp_path / "features.json"
     assert main(["--repeat", "1", "--limit", "40", "--out", str(out)]) == 0
     report = json.loads(out.read_text())
     assert report["texts"] == 40
-    for side in ("specification", "featurize"):
+    for side in ("specification", "python", "featurize"):
         assert 0 < report[side]["p50_us"] <= report[side]["p99_us"] <= report[side]["max_us"]
-    assert report["median_ratio"] > 0
-    for side in ("specification", "cue_tokens"):
+    assert report["median_ratio"] > 0 and report["against_python"]["median_ratio"] > 0
+    assert report["implementation"] == "C"
+    for side in ("specification", "python", "cue_tokens"):
         assert 0 < report["cues"][side]["p50_us"] <= report["cues"][side]["p99_us"]
     printed = capsys.readouterr().out
     assert "featurize / specification" in printed and "cue_tokens / specification" in printed
