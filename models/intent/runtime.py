@@ -53,22 +53,28 @@ def choose_providers(requested: list[str] | None = None) -> list[str]:
 Run = Callable[[dict[str, np.ndarray]], list[np.ndarray]]
 
 
-def probs_runner(session: ort.InferenceSession) -> Run:
+def probs_runner(session: ort.InferenceSession, probe: dict[str, np.ndarray]) -> Run:
     """How this session computes ``probs`` for one feed.
 
     On a CPU-only session: the binding's own ``run`` (``session._sess``, onnxruntime's C++ session). The
     public ``InferenceSession.run`` around it checks the feed's names, OrtValue ownership and graph capture
     on every call and retries on a fall-back provider after an execution-provider failure; on a CPU-only
     session with this model's fixed two inputs none of that can apply, and it cost about 20 us of a kiosk
-    decision's classifier call when the CPU caches are cold (measured against the binding's call in
-    ``docs/intent.md``, *Latency*). Where the binding is not there (another onnxruntime) or the session
-    has an accelerator provider (which may fail and fall back), the public ``run``.
+    decision's classifier call when the CPU caches are cold (``docs/intent.md``, *Latency*). The binding is
+    private to onnxruntime, so it is used only if it answers ``probe`` with the public run's bytes; where it
+    is not there, raises or differs (another onnxruntime), or the session has an accelerator provider (which
+    may fail and fall back), the public ``run``.
     """
     public: Run = lambda feed: session.run(["probs"], feed)  # noqa: E731
     binding = getattr(session, "_sess", None)
     if session.get_providers() != ["CPUExecutionProvider"] or not callable(getattr(binding, "run", None)):
         return public
-    return lambda feed: binding.run(["probs"], feed, None)
+    fast: Run = lambda feed: binding.run(["probs"], feed, None)  # noqa: E731
+    try:
+        same = np.asarray(fast(probe)[0]).tobytes() == np.asarray(public(probe)[0]).tobytes()
+    except Exception:  # a binding whose call changed: the public path, which the version supports
+        return public
+    return fast if same else public
 
 
 def _session_options() -> ort.SessionOptions:
@@ -94,7 +100,8 @@ class IntentClassifier:
         if set(self._labels) != {SIMPLE, COMPLEX}:
             raise ValueError(f"model labels must be simple/complex, got {self._labels}")
         self._provider = session.get_providers()[0]
-        self._run = probs_runner(session)
+        idx, val = featurize(_WARMUP_TEXTS[0], self._features)
+        self._run = probs_runner(session, {"indices": idx, "values": val})
 
     @classmethod
     def load(

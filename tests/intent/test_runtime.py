@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from models.intent.features import FeatureConfig, featurize, normalize
@@ -86,42 +87,58 @@ def test_shipped_model_is_small() -> None:
 def test_the_binding_run_gives_the_public_runs_probabilities(clf: IntentClassifier) -> None:
     """A CPU-only session runs through the binding's own ``run``: the same numbers as the public one."""
     session = clf._session
-    fast = probs_runner(session)
     assert session.get_providers() == ["CPUExecutionProvider"] and callable(session._sess.run)
     for text, _ in KNOWN:
         idx, val = featurize(text, clf._features)
         feed = {"indices": idx, "values": val}
-        assert fast(feed)[0].tobytes() == session.run(["probs"], feed)[0].tobytes()
+        assert clf._run(feed)[0].tobytes() == session.run(["probs"], feed)[0].tobytes()
 
 
 class _Session:
-    """An InferenceSession's face: providers, a public ``run`` and maybe the binding's."""
+    """An InferenceSession's face: providers, a public ``run`` and maybe the binding's; counts the calls."""
 
     def __init__(self, providers: list[str], binding: object = None) -> None:
         self._providers = providers
+        self.public_calls = 0
         if binding is not None:
             self._sess = binding
 
     def get_providers(self) -> list[str]:
         return self._providers
 
-    def run(self, names: list[str], feed: dict) -> list[str]:
-        return ["public"]
+    def run(self, names: list[str], feed: dict) -> list[np.ndarray]:
+        self.public_calls += 1
+        return [np.array([0.25, 0.75], dtype=np.float32)]
 
 
 class _Binding:
-    def run(self, names: list[str], feed: dict, options: object) -> list[str]:
-        return ["binding"]
+    def __init__(self, answer: tuple[float, ...] | None = (0.25, 0.75)) -> None:
+        self.answer = answer
+        self.calls = 0
+
+    def run(self, names: list[str], feed: dict, options: object) -> list[np.ndarray]:
+        self.calls += 1
+        if self.answer is None:
+            raise TypeError("run() takes 2 positional arguments")  # a binding whose signature changed
+        return [np.array(self.answer, dtype=np.float32)]
 
 
 @pytest.mark.parametrize(("providers", "binding", "used"), [
     (["CPUExecutionProvider"], _Binding(), "binding"),
     (["CPUExecutionProvider"], None, "public"),  # another onnxruntime: no binding attribute
     (["CPUExecutionProvider"], object(), "public"),  # a binding without run
+    (["CPUExecutionProvider"], _Binding(None), "public"),  # a binding whose call fails
+    (["CPUExecutionProvider"], _Binding((0.5, 0.5)), "public"),  # a binding that answers otherwise
     (["CUDAExecutionProvider", "CPUExecutionProvider"], _Binding(), "public"),  # may fail over: public run
 ])
-def test_the_public_run_unless_cpu_only_with_a_binding(providers: list[str], binding: object, used: str) -> None:
-    assert probs_runner(_Session(providers, binding))({}) == [used]
+def test_the_public_run_unless_cpu_only_with_a_binding_that_agrees(providers: list[str], binding: object,
+                                                                   used: str) -> None:
+    session = _Session(providers, binding)
+    run = probs_runner(session, {})
+    public_before, binding_before = session.public_calls, getattr(binding, "calls", 0)
+    run({})
+    assert (session.public_calls - public_before, getattr(binding, "calls", 0) - binding_before) == \
+        ((0, 1) if used == "binding" else (1, 0))
 
 
 def test_provider_falls_back_to_cpu() -> None:
