@@ -13,8 +13,9 @@ policy. Two kinds of traffic, each reported on its own:
 
 By default half the requests are long rows, interleaved with the kiosk ones, so the kiosk P99 is that of a
 mixed stream, in which a long paste decided between two kiosk questions may evict the classifier's weights
-from the CPU caches. ``--long-share 0`` measures a kiosk's own traffic alone (kiosk-length requests only); on
-the 2-vCPU development VM the two gave the same kiosk P99 (docs/intent.md, *Latency*).
+from the CPU caches. ``--long-share 0`` measures a kiosk's own traffic alone (kiosk-length requests only). On
+the 2-vCPU development VM the mix's kiosk P99 is the higher of the two, by 0.2-0.8 ms: a paste's exact token
+count (llama.cpp's tokenizer) evicts what the next kiosk request needs (docs/intent.md, *Latency*).
 
 Prints P50/P99 per stage and kind and writes ``bench/results/route_overhead.json``.
 
