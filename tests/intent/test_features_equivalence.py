@@ -73,7 +73,7 @@ def test_the_texts_are_many() -> None:
 
 
 @pytest.fixture(params=["c", "numpy"])
-def hashing(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+def spelling(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Both spellings of the text features and the English cues: the C module (which ``make`` builds) and
     the Python and numpy one, which runs where the module was not built."""
     if request.param == "numpy":
@@ -85,7 +85,7 @@ def hashing(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
-def test_featurize_matches_the_specification(name: str, hashing: str) -> None:
+def test_featurize_matches_the_specification(name: str, spelling: str) -> None:
     config = CONFIGS[name]
     # Every third shipped text (every text was checked when this code was written), every edge case.
     texts = (TEXTS[::3] if name == "shipped" else TEXTS[::15]) + EDGE_CASES
@@ -97,7 +97,7 @@ def test_featurize_matches_the_specification(name: str, hashing: str) -> None:
         assert np.array_equal(val, ref_val), text[:80]
 
 
-def test_a_message_that_nfkc_expands_past_the_count_table_matches_the_specification(hashing: str) -> None:
+def test_a_message_that_nfkc_expands_past_the_count_table_matches_the_specification(spelling: str) -> None:
     """Each "ﷺ" is 18 characters after NFKC: 600 of them count more n-grams than the table of 1 + log(k)
     holds, so the features take the computed fallback, which must agree with the specification too."""
     text = "ﷺ" * 600
@@ -107,7 +107,7 @@ def test_a_message_that_nfkc_expands_past_the_count_table_matches_the_specificat
 
 
 @pytest.mark.parametrize("version", CUE_VERSIONS)
-def test_cues_match_the_specification(version: int, hashing: str) -> None:
+def test_cues_match_the_specification(version: int, spelling: str) -> None:
     for text in TEXTS[1::4]:
         norm = normalize(text)
         assert cue_tokens(norm, version) == reference_cues.cue_tokens(norm, version), text[:80]
