@@ -19,6 +19,8 @@
  *     k of its copies, gives one feature: its value is log_table[k], negated when h's top bit is set, and
  *     its index is h mod dim, or, from view `remix_from` on (the final ask's part of the hash space),
  *     mix(h ^ NS_ASK) mod dim;
+ *   - with `twice` (one view: a final ask that is the whole message), the view's features again, each index
+ *     taken from mix(h ^ NS_ASK), as the numpy spelling copies such a view instead of computing it twice;
  *   - how many of the view's code points have each character-class bit of `class_table` (code points past
  *     U+FFFF read the table at U+FFFF).
  * All integer arithmetic is modulo 2^64 on uint64, as numpy's uint64 arrays do it. The values are copies
@@ -56,6 +58,10 @@ static inline uint64_t mix(uint64_t x) {
     x ^= x >> 27;
     x *= 0x94D049BB133111EBULL;
     return x ^ (x >> 31);
+}
+
+static inline int64_t feature_index(uint64_t key, uint64_t dim, int dim_is_power_of_two) {
+    return (int64_t)(dim_is_power_of_two ? key & (dim - 1) : key % dim);
 }
 
 static uint32_t crc_table[256];
@@ -140,7 +146,7 @@ static Py_ssize_t *read_sizes(PyObject *seq, Py_ssize_t *len, const char *what) 
 }
 
 PyDoc_STRVAR(text_features_doc,
-"text_features(text, starts, words, word_counts, orders, class_table, log_table, remix_from, dim,\n"
+"text_features(text, starts, words, word_counts, orders, class_table, log_table, remix_from, dim, twice,\n"
 "              out_indices, out_values) -> (bounds, classes) | None\n\n"
 "The text features of every view, in ascending hash order a view: indices (int64) to out_indices and\n"
 "signed values (float64, before normalisation) to out_values; view v's are [bounds[v], bounds[v + 1]).\n"
@@ -150,14 +156,15 @@ static PyObject *text_features(PyObject *Py_UNUSED(self), PyObject *args) {
     PyObject *text, *starts_obj, *words, *word_counts_obj, *orders_obj;
     Py_buffer table = {0}, logs = {0}, out_i = {0}, out_v = {0};
     Py_ssize_t remix_from;
+    int twice;
     unsigned long long dim;
     PyObject *result = NULL, *bounds = NULL, *classes = NULL;
     Py_ssize_t *starts = NULL, *word_counts = NULL, *orders = NULL;
     uint64_t *seeds = NULL, *h = NULL, *tmp = NULL, *w = NULL;
     Py_ssize_t n_starts, n_views, n_orders;
 
-    if (!PyArg_ParseTuple(args, "UOO!OOy*y*nKw*w*", &text, &starts_obj, &PyList_Type, &words, &word_counts_obj,
-                          &orders_obj, &table, &logs, &remix_from, &dim, &out_i, &out_v))
+    if (!PyArg_ParseTuple(args, "UOO!OOy*y*nKpw*w*", &text, &starts_obj, &PyList_Type, &words, &word_counts_obj,
+                          &orders_obj, &table, &logs, &remix_from, &dim, &twice, &out_i, &out_v))
         return NULL;
     if (!ENSURE_READY(text)) goto done;
     if ((starts = read_sizes(starts_obj, &n_starts, "starts")) == NULL) goto done;
@@ -200,7 +207,12 @@ static PyObject *text_features(PyObject *Py_UNUSED(self), PyObject *args) {
         }
         if (word_counts[v]) total += 2 * word_counts[v] - 1;
     }
-    if (out_i.len < total * (Py_ssize_t)sizeof(int64_t) || out_v.len < total * (Py_ssize_t)sizeof(double)) {
+    if (twice && n_views != 1) {
+        PyErr_SetString(PyExc_ValueError, "twice needs exactly one view");
+        goto done;
+    }
+    Py_ssize_t room = twice ? 2 * total : total;
+    if (out_i.len < room * (Py_ssize_t)sizeof(int64_t) || out_v.len < room * (Py_ssize_t)sizeof(double)) {
         PyErr_SetString(PyExc_ValueError, "out_indices or out_values is too small");
         goto done;
     }
@@ -237,8 +249,8 @@ static PyObject *text_features(PyObject *Py_UNUSED(self), PyObject *args) {
     double *values = out_v.buf;
     int dim_is_power_of_two = (dim & (dim - 1)) == 0;
 
-    bounds = PyList_New(n_views + 1);
-    classes = PyList_New(n_views);
+    bounds = PyList_New(n_views + 1 + twice);
+    classes = PyList_New(n_views + twice);
     if (bounds == NULL || classes == NULL) goto done;
     PyList_SET_ITEM(bounds, 0, PyLong_FromSsize_t(0));
     Py_ssize_t written = 0, w0 = 0;
@@ -268,11 +280,12 @@ static PyObject *text_features(PyObject *Py_UNUSED(self), PyObject *args) {
         for (Py_ssize_t j = 0; j + 1 < nw; j++) h[m++] = mix((w[w0 + j] * FNV_PRIME) ^ w[w0 + j + 1] ^ NS_BIGRAM);
         w0 += nw;
         sort_u64(h, m, tmp);
-        for (Py_ssize_t i = 0; i < m;) {  /* one feature a run of equal numbers */
+        Py_ssize_t u = 0;
+        for (Py_ssize_t i = 0; i < m;) {  /* one feature a run of equal numbers; h keeps the distinct ones */
             Py_ssize_t k = i + 1;
             while (k < m && h[k] == h[i]) k++;
-            uint64_t hash = h[i], key = v >= remix_from ? mix(hash ^ NS_ASK) : hash;
-            indices[written] = (int64_t)(dim_is_power_of_two ? key & (dim - 1) : key % dim);
+            uint64_t hash = h[u++] = h[i];
+            indices[written] = feature_index(v >= remix_from ? mix(hash ^ NS_ASK) : hash, dim, dim_is_power_of_two);
             values[written] = (hash >> 63) ? -log_table[k - i] : log_table[k - i];
             written++;
             i = k;
@@ -282,6 +295,18 @@ static PyObject *text_features(PyObject *Py_UNUSED(self), PyObject *args) {
                                       class_count[4]);
         if (row == NULL) goto done;
         PyList_SET_ITEM(classes, v, row);
+    }
+    if (twice) {  /* the one view's distinct hashes are still in h[0 .. written) */
+        Py_ssize_t u = written;
+        for (Py_ssize_t j = 0; j < u; j++) {
+            indices[u + j] = feature_index(mix(h[j] ^ NS_ASK), dim, dim_is_power_of_two);
+            values[u + j] = values[j];
+        }
+        written += u;
+        PyList_SET_ITEM(bounds, 2, PyLong_FromSsize_t(written));
+        PyObject *row = PyList_GET_ITEM(classes, 0);
+        Py_INCREF(row);
+        PyList_SET_ITEM(classes, 1, row);
     }
     result = PyTuple_Pack(2, bounds, classes);
 
@@ -336,6 +361,16 @@ static int in_list(Py_UCS4 c, const Py_UCS4 *list) {
     return 0;
 }
 
+static int is_decimal(Py_UCS4 c) { return Py_UNICODE_ISDECIMAL(c); }  /* re's \d */
+
+static int is_zh_numeral(Py_UCS4 c) { return in_list(c, ZH_NUMERALS); }
+
+/* The end of the run of characters of one class that starts at i (the first index past it, at most n). */
+static Py_ssize_t run_end(int kind, const void *data, Py_ssize_t n, Py_ssize_t i, int (*in_class)(Py_UCS4)) {
+    while (i < n && in_class(PyUnicode_READ(kind, data, i))) i++;
+    return i;
+}
+
 /* Adds every item of the tuple `names` to the set `found`; -1 on error. */
 static int add_all(PyObject *found, PyObject *names) {
     if (!PyTuple_Check(names)) {
@@ -354,6 +389,11 @@ static int add_span(PyObject *seen, PyObject *norm, Py_ssize_t lo, Py_ssize_t hi
     int rc = PySet_Add(seen, piece);
     Py_DECREF(piece);
     return rc;
+}
+
+static int bad_phrases(void) {
+    PyErr_SetString(PyExc_TypeError, "phrases_by_first must map a word to ((domain, words), ...)");
+    return -1;
 }
 
 static int scan_words(PyObject *words, PyObject *found, PyObject *words_map, PyObject *prefix_heads,
@@ -381,9 +421,14 @@ static int scan_words(PyObject *words, PyObject *found, PyObject *words_map, PyO
     for (Py_ssize_t i = 0; i + 1 < n;) {
         PyObject *options = PyDict_GetItemWithError(phrases_by_first, PyList_GET_ITEM(words, i));
         if (options == NULL && PyErr_Occurred()) return -1;
+        if (options != NULL && !PyTuple_Check(options)) return bad_phrases();
         Py_ssize_t next = i + 1;
         for (Py_ssize_t k = 0; options != NULL && k < PyTuple_GET_SIZE(options); k++) {
-            PyObject *option = PyTuple_GET_ITEM(options, k), *parts = PyTuple_GET_ITEM(option, 1);
+            /* The table's shape is checked where it is read: only a phrase opener's options, per request. */
+            PyObject *option = PyTuple_GET_ITEM(options, k);
+            if (!PyTuple_Check(option) || PyTuple_GET_SIZE(option) != 2 || !PyTuple_Check(PyTuple_GET_ITEM(option, 1)))
+                return bad_phrases();
+            PyObject *parts = PyTuple_GET_ITEM(option, 1);
             Py_ssize_t len = PyTuple_GET_SIZE(parts), j = 0;
             if (i + len > n) continue;
             for (; j < len; j++) {
@@ -410,21 +455,17 @@ static Py_ssize_t count_numbers(PyObject *norm, PyObject *number_words) {
     if (numerals == NULL || names == NULL) goto done;
     for (Py_ssize_t i = 0; i < n;) {  /* numerals: re's findall, left to right, no overlap */
         Py_UCS4 c = PyUnicode_READ(kind, data, i);
-        if (Py_UNICODE_ISDECIMAL(c)) {
-            Py_ssize_t k = i + 1;
-            while (k < n && Py_UNICODE_ISDECIMAL(PyUnicode_READ(kind, data, k))) k++;
+        if (is_decimal(c)) {
+            Py_ssize_t k = run_end(kind, data, n, i, is_decimal);
             if (k + 1 < n) {
                 Py_UCS4 sep = PyUnicode_READ(kind, data, k);
-                if ((sep == '.' || sep == ',') && Py_UNICODE_ISDECIMAL(PyUnicode_READ(kind, data, k + 1))) {
-                    k += 2;
-                    while (k < n && Py_UNICODE_ISDECIMAL(PyUnicode_READ(kind, data, k))) k++;
-                }
+                if ((sep == '.' || sep == ',') && is_decimal(PyUnicode_READ(kind, data, k + 1)))
+                    k = run_end(kind, data, n, k + 1, is_decimal);
             }
             if (add_span(numerals, norm, i, k) < 0) goto done;
             i = k;
-        } else if (in_list(c, ZH_NUMERALS)) {
-            Py_ssize_t k = i + 1;
-            while (k < n && in_list(PyUnicode_READ(kind, data, k), ZH_NUMERALS)) k++;
+        } else if (is_zh_numeral(c)) {
+            Py_ssize_t k = run_end(kind, data, n, i, is_zh_numeral);
             /* Units are no numerals, so a shorter run is followed by a numeral: only the whole run can match,
                and where it does not, no position inside it can either. */
             if (k < n && in_list(PyUnicode_READ(kind, data, k), ZH_UNITS) && add_span(numerals, norm, i, k) < 0)
@@ -436,12 +477,11 @@ static Py_ssize_t count_numbers(PyObject *norm, PyObject *number_words) {
     }
     if (PySet_GET_SIZE(number_words) > 0) {  /* whole words: maximal runs of \w */
         for (Py_ssize_t i = 0; i < n;) {
-            if (!is_re_word_char(PyUnicode_READ(kind, data, i))) {
+            Py_ssize_t k = run_end(kind, data, n, i, is_re_word_char);
+            if (k == i) {
                 i++;
                 continue;
             }
-            Py_ssize_t k = i + 1;
-            while (k < n && is_re_word_char(PyUnicode_READ(kind, data, k))) k++;
             if (k - i <= 16) {
                 PyObject *word = PyUnicode_Substring(norm, i, k);
                 if (word == NULL) goto done;
@@ -486,12 +526,11 @@ static PyObject *cue_scan(PyObject *Py_UNUSED(self), PyObject *args) {
     PyObject *words = PyList_New(0), *found = PySet_New(NULL), *result = NULL;
     if (words == NULL || found == NULL) goto done;
     for (Py_ssize_t i = 0; i < n;) {
-        if (!is_en_word_char(PyUnicode_READ(kind, data, i))) {
+        Py_ssize_t k = run_end(kind, data, n, i, is_en_word_char);
+        if (k == i) {
             i++;
             continue;
         }
-        Py_ssize_t k = i + 1;
-        while (k < n && is_en_word_char(PyUnicode_READ(kind, data, k))) k++;
         PyObject *word = PyUnicode_Substring(norm, i, k);
         if (word == NULL || PyList_Append(words, word) < 0) {
             Py_XDECREF(word);
@@ -500,25 +539,11 @@ static PyObject *cue_scan(PyObject *Py_UNUSED(self), PyObject *args) {
         Py_DECREF(word);
         i = k;
     }
-    /* The phrase options' shapes are checked as they are read; a malformed table is a TypeError. */
-    PyObject *key, *value;
-    Py_ssize_t pos = 0;
-    while (PyDict_Next(phrases_by_first, &pos, &key, &value)) {
-        if (!PyTuple_Check(value)) goto bad_phrases;
-        for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(value); k++) {
-            PyObject *option = PyTuple_GET_ITEM(value, k);
-            if (!PyTuple_Check(option) || PyTuple_GET_SIZE(option) != 2 || !PyTuple_Check(PyTuple_GET_ITEM(option, 1)))
-                goto bad_phrases;
-        }
-    }
     if (scan_words(words, found, words_map, prefix_heads, shortest, prefix_cues, phrases_by_first) < 0)
         goto done;
     Py_ssize_t numbers = count_numbers(norm, number_words);
     if (numbers < 0) goto done;
     result = Py_BuildValue("On", found, numbers);
-    goto done;
-bad_phrases:
-    PyErr_SetString(PyExc_TypeError, "phrases_by_first must map a word to ((domain, words), ...)");
 done:
     Py_XDECREF(words);
     Py_XDECREF(found);

@@ -394,26 +394,37 @@ def _text_features(norms: list[str], words: list[list[str]], config: FeatureConf
     out = _text_features_c(norms, words, config) if _textfeatures is not None else None
     if out is None:
         return _text_features_numpy(norms, words, config)
-    for a, b in pairwise(out.bounds):  # the values are signed already: the squares and quotients are the same
+    twice = _ask_is_whole(norms)
+    for a, b in pairwise(out.bounds[:2] if twice else out.bounds):  # signed already: the same squares, quotients
         view = out.values[a:b]
         view /= np.dot(view, view) ** config.norm_power
+    if twice:  # the ask's copy of the one view: its values once normalised, as the numpy spelling's copy
+        out.values[out.bounds[1] :] = out.values[: out.bounds[1]]
     return out
+
+
+def _ask_is_whole(norms: list[str]) -> bool:
+    """The final ask is the whole message (``featurize`` passes its norm twice): one view to compute, copied."""
+    return len(norms) == 2 and norms[1] is norms[0]
 
 
 def _text_features_c(norms: list[str], words: list[list[str]], config: FeatureConfig) -> _TextFeatures | None:
     """The C module's features before normalisation; None where it declines (a lone surrogate, which numpy's
     spelling reports as its UnicodeEncodeError; more numbers than ``_ONE_PLUS_LOG`` holds)."""
+    twice = _ask_is_whole(norms)
+    if twice:
+        norms, words = norms[:1], words[:1]
     padded = [f" {norm} " for norm in norms]
     text = "".join(padded)
     starts = [0]
     for view in padded:
         starts.append(starts[-1] + len(view))
     flat = [word for view_words in words for word in view_words]
-    room = len(text) * len(config.char_ngrams) + 2 * len(flat)  # at least the numbers hashed
+    room = (len(text) * len(config.char_ngrams) + 2 * len(flat)) * (1 + twice)  # at least the numbers hashed
     indices = np.empty(room, dtype=np.int64)
     values = np.empty(room, dtype=np.float64)
     out = _textfeatures.text_features(text, starts, flat, [len(w) for w in words], config.char_ngrams,
-                                      _CLASS_TABLE, _ONE_PLUS_LOG, 1, config.dim, indices, values)
+                                      _CLASS_TABLE, _ONE_PLUS_LOG, 1, config.dim, twice, indices, values)
     if out is None:
         return None
     bounds, classes = out
@@ -423,7 +434,7 @@ def _text_features_c(norms: list[str], words: list[list[str]], config: FeatureCo
 def _text_features_numpy(norms: list[str], words: list[list[str]], config: FeatureConfig) -> _TextFeatures:
     """``_text_features`` in numpy: the specification of ``_textfeatures.c``, and what runs where it was not
     built. The ask's hashes move to their own part of the space after their signs were taken."""
-    if len(norms) == 2 and norms[1] is norms[0]:
+    if _ask_is_whole(norms):
         views = _twice(_views(norms[:1], words[:1], config))
     else:
         views = _views(norms, words, config)

@@ -69,7 +69,8 @@ def test_any_word_is_hashed_as_zlib_hashes_its_utf8(words: list[list[str]]) -> N
 
 
 def test_the_ask_that_is_the_whole_message() -> None:
-    """``featurize`` passes the same norm twice for it: numpy copies one view, C computes it twice."""
+    """``featurize`` passes the same norm twice for it: both spellings compute one view and copy it into the
+    ask's part of the hash space."""
     norm = normalize("Where is gate B12?")
     words = features._WORD_RE.findall(norm)
     ref = _text_features_numpy([norm, norm], [words, words], FeatureConfig())
@@ -99,7 +100,7 @@ def test_where_numpy_must_answer_the_module_declines() -> None:
 
 def _call(**change: object) -> object:
     args = {"text": " ab ", "starts": [0, 4], "words": ["ab"], "word_counts": [1], "orders": (1, 2),
-            "table": _CLASS_TABLE, "logs": _ONE_PLUS_LOG, "remix_from": 1, "dim": 1 << 18,
+            "table": _CLASS_TABLE, "logs": _ONE_PLUS_LOG, "remix_from": 1, "dim": 1 << 18, "twice": False,
             "indices": np.empty(16, dtype=np.int64), "values": np.empty(16, dtype=np.float64)}
     args.update(change)
     return textfeatures.text_features(*args.values())
@@ -109,7 +110,8 @@ def _call(**change: object) -> object:
     {"starts": [0, 3]}, {"starts": [1, 4]}, {"starts": [0, 4, 2]}, {"word_counts": [2]}, {"words": ("ab",)},
     {"words": [b"ab"]}, {"orders": (0,)}, {"orders": (-1,)}, {"table": np.zeros(10, dtype=np.uint8)},
     {"logs": np.zeros(3, dtype=np.uint8)}, {"dim": 0}, {"indices": np.empty(2, dtype=np.int64)},
-    {"values": np.empty(2, dtype=np.float64)},
+    {"values": np.empty(2, dtype=np.float64)}, {"twice": True, "values": np.empty(8, dtype=np.float64)},
+    {"twice": True, "text": " ab  c ", "starts": [0, 4, 7], "word_counts": [1, 0]},
 ])
 def test_bad_arguments_are_errors_not_crashes(change: dict) -> None:
     assert _call()[0] == [0, 7]  # the unchanged call works: " ab " has 3 + 3 distinct n-grams, and 1 word
