@@ -94,6 +94,20 @@ def test_the_binding_run_gives_the_public_runs_probabilities(clf: IntentClassifi
         assert clf._run(feed)[0].tobytes() == session.run(["probs"], feed)[0].tobytes()
 
 
+
+def test_the_real_session_is_run_through_its_binding(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the shipped model the binding's run agrees at load, so requests no longer go through the public run."""
+    session = IntentClassifier.load()._session
+    calls = []
+    public = session.run
+    monkeypatch.setattr(session, "run", lambda *args: calls.append(1) or public(*args))
+    idx, val = featurize("where is gate B12?", FeatureConfig())
+    run = probs_runner(session, {"indices": idx, "values": val})
+    assert len(calls) == 1  # the probe's comparison
+    run({"indices": idx, "values": val})
+    assert len(calls) == 1
+
+
 class _Session:
     """An InferenceSession's face: providers, a public ``run`` and maybe the binding's; counts the calls."""
 
