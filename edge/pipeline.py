@@ -93,12 +93,14 @@ class Pipeline:
         live = self.live_state()
         prepare(req, live.edge_tools)  # a tool request the device may answer gets its grammar
         # The exact count only when the prompt may not fit: the byte bound decides most kiosk requests
-        # without the tokenizer, which costs more than the rest of the decision.
+        # without the tokenizer, which costs more than the rest of the decision; over the budget the
+        # router counts only where the size changes the route (``Router.decide``).
         tokens = self.edge.prompt_token_bound(req)
-        exact = tokens > self.router.prompt_budget(live)
-        if exact:
-            tokens = self.edge.count_prompt_tokens(req)
-        return self.router.decide(req, live, tokens, evidence=evidence, prompt_tokens_exact=exact)
+        if tokens <= self.router.prompt_budget(live):
+            return self.router.decide(req, live, tokens, evidence=evidence, prompt_tokens_exact=False)
+        edge = self.edge
+        return self.router.decide(req, live, tokens, evidence=evidence, prompt_tokens_exact=False,
+                                  count_tokens=lambda: edge.count_prompt_tokens(req))
 
     async def evidence(self, req: ChatRequest) -> Evidence | None:
         """Venue evidence for the request: BM25 is sub-millisecond and runs here; the optional dense

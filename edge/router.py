@@ -8,7 +8,9 @@ see why a request went where it went:
 1. caller override (model name or ``x-edgecloud-route``), unless the operator forbids it;
 2. hard rules: earlier turns, images, a prompt too long for the edge, and tools or a response
    schema the device cannot hold its model to (``edge/constrained.py`` names why);
-3. the intent classifier's label and confidence;
+3. the intent classifier's label and confidence (a single-turn message that only an exact token
+   count could keep under the size rule is classified before it is counted, while a cloud can take
+   it: a complex one goes there whatever its size, uncounted; see ``Router.decide``);
    then venue knowledge: strong evidence keeps a simple venue question on the edge, none sends it
    away (or, in strict mode, answers with the operator's "ask staff" text);
 4. the scenario profile (realtime / generation / batch) and how it leans on borderline requests;
@@ -22,6 +24,7 @@ the router chooses no HTTP status: the app maps each kind to one.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any, Protocol
@@ -173,8 +176,24 @@ class Router:
 
     def decide(
         self, req: ChatRequest, live: LiveState, prompt_tokens: int, evidence: Any = None, *,
-        prompt_tokens_exact: bool = True,
+        prompt_tokens_exact: bool = True, count_tokens: Callable[[], int] | None = None,
     ) -> Decision:
+        """The decision for one request.
+
+        ``prompt_tokens`` is the prompt's size, exact or (``prompt_tokens_exact=False``) an upper
+        bound. When that bound is over the edge's budget, ``count_tokens`` gives the exact size, and
+        it is called only if the decision depends on it: a single-turn message the classifier calls
+        complex goes to an available cloud whatever its size, so it is classified first and its
+        tokens are never counted (the count is the tokenizer over the whole text, milliseconds for a
+        pasted page). Without an available cloud the size decides between a degraded edge answer and a
+        refusal, so it is counted first, as for every other request.
+        """
+        pre_classified = None
+        if count_tokens is not None and prompt_tokens > self.prompt_budget(live):
+            pre_classified = self._difficulty_before_size(req, live)
+            if pre_classified is not None and pre_classified.label != "simple":
+                return self._complex_unsized(req, live, prompt_tokens, pre_classified, evidence)
+            prompt_tokens, prompt_tokens_exact = count_tokens(), True
         profile = self.scenario_for(req)
         d = Decision(route="edge", reason="", scenario=profile.name, prompt_tokens=prompt_tokens,
                      prompt_tokens_exact=prompt_tokens_exact, knowledge=evidence)
@@ -244,11 +263,8 @@ class Router:
         # 3. The classifier (single-turn text only: hard rules caught the rest).
         borderline = False
         if self.classifier is not None:
-            result = self.classifier.classify(req.last_user_message)
-            d.label, d.confidence = result.label, float(result.confidence)
-            d.classifier_ms = getattr(result, "latency_ms", None)
-            tag = f"classifier:{d.label}:{d.confidence:.2f}"
-            rules.append(tag)
+            result = pre_classified or self.classifier.classify(req.last_user_message)
+            tag = self._record_label(d, result)
             if d.label != "simple":
                 d.edge_ok = False
                 return self._to_cloud(d, tag, live, allow_degraded=False)
@@ -300,6 +316,40 @@ class Router:
         return d
 
     # ----- helpers ----------------------------------------------------------------------------
+    def _difficulty_before_size(self, req: ChatRequest, live: LiveState) -> Any:
+        """The classifier's result for a request whose size alone would not send it away, or None.
+
+        Only for a plain single-turn message (no override, tools, schema or images: those rules
+        come first and need no size) while the cloud can take it: then a complex label routes it
+        whatever its size, so its tokens need not be counted.
+        """
+        if self.classifier is None or not live.cloud_available or self._override(req) is not None:
+            return None
+        if self._edge_incapable(req, live, 0) is not None:
+            return None
+        return self.classifier.classify(req.last_user_message)
+
+    def _complex_unsized(self, req: ChatRequest, live: LiveState, bound: int, result: Any,
+                         evidence: Any) -> Decision:
+        """A complex message over the budget by its size bound: to the cloud, never to the edge.
+
+        The rules list shows the classifier's label alone; ``prompt_tokens`` stays the bound, marked
+        inexact, because the exact count would not change where the request goes.
+        """
+        d = Decision(route="cloud", reason="", scenario=self.scenario_for(req).name, prompt_tokens=bound,
+                     prompt_tokens_exact=False, knowledge=evidence, edge_ok=False)
+        tag = self._record_label(d, result)
+        return self._to_cloud(d, tag, live, allow_degraded=False)
+
+    @staticmethod
+    def _record_label(d: Decision, result: Any) -> str:
+        """Write the classifier's label, confidence and time into the decision; returns its rule tag."""
+        d.label, d.confidence = result.label, float(result.confidence)
+        d.classifier_ms = getattr(result, "latency_ms", None)
+        tag = f"classifier:{d.label}:{d.confidence:.2f}"
+        d.rules.append(tag)
+        return tag
+
     def _override(self, req: ChatRequest) -> str | None:
         header = (req.route_header or "").strip().lower()
         if header in ("edge", "cloud"):

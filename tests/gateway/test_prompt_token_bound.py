@@ -66,3 +66,38 @@ def test_the_pipeline_tokenises_only_near_the_budget() -> None:
         await edge.aclose()
 
     asyncio.run(scenario())
+
+
+def test_a_complex_paste_goes_to_the_cloud_without_its_tokens_counted() -> None:
+    """With a cloud that can take it, a long message the real classifier calls complex is routed
+    by its label and never tokenised; a simple one is still counted (``Router.decide``)."""
+    from cloud_bridge.config import CloudConfig, ProviderConfig
+    from edge.cloud_backend import CloudBackend
+    from models.intent.runtime import IntentClassifier
+
+    async def scenario() -> None:
+        edge = LocalModel(EdgeModelConfig(n_ctx=512, parallel=1, warmup=False))
+        await edge.load()
+        # Nothing is sent to this address: the decision only asks whether the cloud may be used.
+        cloud = CloudBackend(CloudConfig(providers=[ProviderConfig(name="t", base_url="http://127.0.0.1:9/v1")],
+                                         warmup=False, keep_warm=False))
+        pipeline = Pipeline(Router(RouterConfig(max_prompt_share=0.5), IntentClassifier.load()), edge, cloud)
+        assert pipeline.live_state().cloud_available
+        counted: list[str] = []
+        count = edge.count_prompt_tokens
+        edge.count_prompt_tokens = lambda r: counted.append(r.last_user_message) or count(r)  # type: ignore[method-assign]
+        proof = ("Prove that the square root of two is irrational, then derive a closed form for the sum of "
+                 "the first n cubes and prove it by induction, showing every step. ") * 6
+        d = pipeline.decide(_req(proof))
+        assert counted == [] and (d.route, d.label, d.prompt_tokens_exact) == ("cloud", "complex", False)
+        assert d.prompt_tokens >= count(_req(proof)) and d.edge_ok is False
+        chatty = ("Good evening! We just came out of the most wonderful dinner, my husband insisted on dessert and now "
+                  "we are both too full to move, and our daughter is texting us that the film starts soon, she is "
+                  "already waiting by the popcorn stand with her friends and the tickets are on my phone which is "
+                  "nearly out of battery, so we really need to hurry a little. Which floor is the cinema on?")
+        d = pipeline.decide(_req(chatty))
+        assert counted == [chatty] and d.prompt_tokens_exact and d.label == "simple"
+        await cloud.aclose()
+        await edge.aclose()
+
+    asyncio.run(scenario())
