@@ -17,9 +17,15 @@ from the CPU caches. ``--long-share 0`` measures a kiosk's own traffic alone (ki
 the 2-vCPU development VM the mix's kiosk P99 is the higher of the two, by 0.2-0.8 ms: a paste's exact token
 count (llama.cpp's tokenizer) evicts what the next kiosk request needs (docs/intent.md, *Latency*).
 
+The gateway is configured with a cloud, as a kiosk gateway is (its address, on 127.0.0.1, is never called:
+the decision only asks whether the cloud may take a request). ``--no-cloud`` measures an offline gateway,
+which counts every long paste's tokens: without a cloud a paste's size decides between a degraded edge answer
+and a refusal, where with one a paste the classifier calls complex goes to the cloud uncounted
+(``Router.decide``).
+
 Prints P50/P99 per stage and kind and writes ``bench/results/route_overhead.json``.
 
-    .venv/bin/python -m bench.route_overhead [--requests 3000] [--long-share 0.5]
+    .venv/bin/python -m bench.route_overhead [--requests 3000] [--long-share 0.5] [--no-cloud]
 """
 
 from __future__ import annotations
@@ -80,19 +86,28 @@ def load_texts(limit: int, seed: int = 7, extra_dirs: tuple[Path, ...] = (),
     return out
 
 
+# A cloud the gateway may route to; nothing connects to it (no warm-up, no keep-alive, no call).
+UNCALLED_CLOUD = {"providers": [{"name": "bench", "base_url": "http://127.0.0.1:9/v1"}],
+                  "warmup": False, "keep_warm": False}
+
+
 async def measure(n: int, extra_dirs: tuple[Path, ...] = (), intent_model_dir: Path | None = None,
-                  long_share: float = 0.5) -> dict:
+                  long_share: float = 0.5, cloud: bool = True) -> dict:
     from edge.assembly import build_services
     from edge.config import Settings
 
     with tempfile.TemporaryDirectory() as tmp:
         config: dict = {"server": {"data_dir": tmp}, "metrics": {"enabled": False}}
+        if cloud:
+            config["cloud"] = UNCALLED_CLOUD
         if intent_model_dir is not None:  # another classifier (e.g. the model before), all else as shipped
             config["router"] = {"intent_model_dir": str(intent_model_dir)}
         settings = Settings.model_validate(config)
         services = build_services(settings)
         await services.start()
         await services.loaded.wait()
+        if cloud and not services.pipeline.live_state().cloud_available:
+            raise RuntimeError("the benchmark's cloud is not available to the router")
         from edge.schemas import parse_chat_request
 
         pipeline, cache = services.pipeline, services.cache
@@ -128,8 +143,8 @@ async def measure(n: int, extra_dirs: tuple[Path, ...] = (), intent_model_dir: P
     data = "kiosk rows of models/intent/data"
     if long_share > 0:
         data += f" + long rows ({long_share:.0%}) of " + ", ".join(str(d) for d in ("bench/data/routing", *extra_dirs))
-    return {"requests": n, "long_share": long_share, "stages": summary(None), "kiosk": summary("kiosk"),
-            "routes": routes, "targets": {"kiosk_total_p99_ms": 1.0, "all_total_p99_ms": 5.0},
+    return {"requests": n, "long_share": long_share, "cloud": "configured, never called" if cloud else "none",
+            "stages": summary(None), "kiosk": summary("kiosk"), "routes": routes, "targets": {"kiosk_total_p99_ms": 1.0, "all_total_p99_ms": 5.0},
             "classifier": type(services.classifier).__name__ if services.classifier else None,
             "intent_model": services.classifier.version if services.classifier else None,
             "data": data}
@@ -146,12 +161,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--long-share", type=share_of_long_rows, default=0.5, metavar="F",
                         help="share of long rows interleaved with the kiosk ones, within [0, 1] (default 0.5; "
                              "0: kiosk traffic alone)")
+    parser.add_argument("--no-cloud", action="store_true",
+                        help="an offline gateway: no cloud configured, so every long paste's tokens are counted")
     args = parser.parse_args(argv)
-    report = asyncio.run(measure(args.requests, tuple(args.dataset_dir), args.intent_model_dir, args.long_share))
+    report = asyncio.run(measure(args.requests, tuple(args.dataset_dir), args.intent_model_dir, args.long_share,
+                                 cloud=not args.no_cloud))
     report["machine"] = {"cpus": os.cpu_count()}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2))
-    print(f"{report['requests']} requests ({report['data']}), routes {report['routes']}")
+    print(f"{report['requests']} requests ({report['data']}; cloud: {report['cloud']}), routes {report['routes']}")
     for title, key in (("kiosk-length requests (fast path; target P99 <= 1 ms)", "kiosk"),
                        ("all requests (target P99 <= 5 ms)", "stages")):
         print(f" {title}:")
