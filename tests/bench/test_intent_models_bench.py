@@ -47,3 +47,15 @@ def test_route_overhead_measures_kiosk_traffic_alone_when_asked(tmp_path: Path) 
     assert "long rows" not in report["data"]
     with pytest.raises(SystemExit):
         route_overhead(["--long-share", "1.5", "--out", str(out)])
+
+
+def test_route_overhead_measures_with_a_cloud_unless_told_otherwise(tmp_path: Path) -> None:
+    """By default the gateway has a cloud (never called) and the report says so; ``--no-cloud`` is the
+    offline gateway."""
+    from bench.route_overhead import main as route_overhead
+
+    out = tmp_path / "route.json"
+    assert route_overhead(["--requests", "20", "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["cloud"] == "configured, never called"
+    assert route_overhead(["--requests", "20", "--no-cloud", "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["cloud"] == "none"
