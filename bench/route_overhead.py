@@ -13,15 +13,15 @@ policy. Two kinds of traffic, each reported on its own:
 
 By default half the requests are long rows, interleaved with the kiosk ones, so the kiosk P99 is that of a
 mixed stream, in which a long paste decided between two kiosk questions may evict the classifier's weights
-from the CPU caches. ``--long-share 0`` measures a kiosk's own traffic alone (kiosk-length requests only). On
-the 2-vCPU development VM the mix's kiosk P99 is the higher of the two, by 0.2-0.8 ms: a paste's exact token
-count (llama.cpp's tokenizer) evicts what the next kiosk request needs (docs/intent.md, *Latency*).
+from the CPU caches. ``--long-share 0`` measures a kiosk's own traffic alone (kiosk-length requests only).
 
 The gateway is configured with a cloud, as a kiosk gateway is (its address, on 127.0.0.1, is never called:
 the decision only asks whether the cloud may take a request). ``--no-cloud`` measures an offline gateway,
 which counts every long paste's tokens: without a cloud a paste's size decides between a degraded edge answer
 and a refusal, where with one a paste the classifier calls complex goes to the cloud uncounted
-(``Router.decide``).
+(``Router.decide``). On the 2-vCPU development VM the offline mix's kiosk P99 is the highest of the three, by
+0.2-0.8 ms over kiosk traffic alone: the paste's exact token count (llama.cpp's tokenizer) evicts what the next
+kiosk request needs (docs/intent.md, *Latency*).
 
 Prints P50/P99 per stage and kind and writes ``bench/results/route_overhead.json``.
 
@@ -144,7 +144,8 @@ async def measure(n: int, extra_dirs: tuple[Path, ...] = (), intent_model_dir: P
     if long_share > 0:
         data += f" + long rows ({long_share:.0%}) of " + ", ".join(str(d) for d in ("bench/data/routing", *extra_dirs))
     return {"requests": n, "long_share": long_share, "cloud": "configured, never called" if cloud else "none",
-            "stages": summary(None), "kiosk": summary("kiosk"), "routes": routes, "targets": {"kiosk_total_p99_ms": 1.0, "all_total_p99_ms": 5.0},
+            "stages": summary(None), "kiosk": summary("kiosk"), "routes": routes,
+            "targets": {"kiosk_total_p99_ms": 1.0, "all_total_p99_ms": 5.0},
             "classifier": type(services.classifier).__name__ if services.classifier else None,
             "intent_model": services.classifier.version if services.classifier else None,
             "data": data}

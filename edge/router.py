@@ -263,7 +263,8 @@ class Router:
         # 3. The classifier (single-turn text only: hard rules caught the rest).
         borderline = False
         if self.classifier is not None:
-            result = pre_classified or self.classifier.classify(req.last_user_message)
+            result = (pre_classified if pre_classified is not None
+                      else self.classifier.classify(req.last_user_message))
             tag = self._record_label(d, result)
             if d.label != "simple":
                 d.edge_ok = False
