@@ -126,7 +126,7 @@ def test_shipped_evaluation_files_hold_both_languages_and_labels() -> None:
     # Every held-out folder and every set first written as one: found, not listed, so a new round needs no edit.
     paths = [DATA / "kiosk_test.jsonl", DATA / "threshold" / "kiosk_dev.jsonl",
              *sorted(DATA.glob("heldout*/*_test.jsonl")), *sorted(DATA.glob("kiosk_train_v*.jsonl"))]
-    assert len(paths) == 2 + 8 + 12
+    assert len(paths) == 2 + 10 + 12
     for path in paths:
         rows, _ = ds.load_rows([path])
         assert {r.lang for r in rows} >= {"en", "zh"}
@@ -136,19 +136,20 @@ def test_shipped_evaluation_files_hold_both_languages_and_labels() -> None:
 
 
 def test_the_shipped_model_never_read_the_held_out_sets() -> None:
-    """Its figures on heldout_v19 and heldout_v20 are only estimates if it never read those sets (written after
-    it was fixed; the next retraining names them in ``--exclude-data``), and heldout_v18 (round v19's
-    development set) is in its ``--exclude-data``. heldout_v15 to heldout_v17 are its threshold split, never
+    """Its figures on heldout_v22 are only an estimate if it never read that set (written after round v22's rule
+    and deciding it; the next retraining names it in ``--exclude-data``), and heldout_v18 to heldout_v21 (read
+    by earlier rounds) are in its ``--exclude-data``. heldout_v15 to heldout_v17 are its threshold split, never
     training rows. Rows in subfolders are read only where the command names them: the aimed rows of
-    ``focus16/`` are, the second Chinese halves of v18-v20 are not."""
+    ``focus16/`` and ``focus22/`` are, the second Chinese halves of v18-v20 are not."""
     card = IntentClassifier.load().card
     read = set(card["training_data"]["files"])
-    held_out = {f"kiosk_heldout_v{k}_test.jsonl" for k in range(15, 21)} | {
+    held_out = {f"kiosk_heldout_v{k}_test.jsonl" for k in range(15, 23)} | {
         f"kiosk_heldout_v{k}_second_zh_test.jsonl" for k in (18, 19, 20)} | {"kiosk_heldout_v17_zh2_test.jsonl"}
     assert not read & held_out
-    assert {"kiosk_heldout_v18_test.jsonl", "kiosk_heldout_v18_second_zh_test.jsonl"} <= set(
-        card["training_data"]["held_out_files"])
-    assert {"kiosk_focus16_en.jsonl", "kiosk_focus16_zh.jsonl"} <= read
+    excluded = {f"kiosk_heldout_v{k}_test.jsonl" for k in (18, 19, 20, 21)} | {
+        f"kiosk_heldout_v{k}_second_zh_test.jsonl" for k in (18, 19, 20)}
+    assert excluded <= set(card["training_data"]["held_out_files"])
+    assert {f"kiosk_focus{k}_{lang}.jsonl" for k in (16, 22) for lang in ("en", "zh")} <= read
     assert card["thresholds"]["chosen_on"] == (
         "kiosk_dev.jsonl, kiosk_test.jsonl, kiosk_heldout_test.jsonl, kiosk_heldout_v15_test.jsonl, "
         "kiosk_heldout_v16_test.jsonl, kiosk_heldout_v17_test.jsonl, kiosk_heldout_v17_zh2_test.jsonl")
