@@ -86,9 +86,12 @@ def load_texts(limit: int, seed: int = 7, extra_dirs: tuple[Path, ...] = (),
     return out
 
 
-# A cloud the gateway may route to; nothing connects to it (no warm-up, no keep-alive, no call).
-UNCALLED_CLOUD = {"providers": [{"name": "bench", "base_url": "http://127.0.0.1:9/v1"}],
-                  "warmup": False, "keep_warm": False}
+def uncalled_cloud() -> dict:
+    """A cloud section the gateway may route to; nothing connects to it (no warm-up, no keep-alive, no call),
+    and its address is a closed port on 127.0.0.1 (``bench.fake_cloud.refused_base_url``)."""
+    from bench.fake_cloud import refused_base_url
+
+    return {"providers": [{"name": "bench", "base_url": refused_base_url()}], "warmup": False, "keep_warm": False}
 
 
 async def measure(n: int, extra_dirs: tuple[Path, ...] = (), intent_model_dir: Path | None = None,
@@ -99,7 +102,7 @@ async def measure(n: int, extra_dirs: tuple[Path, ...] = (), intent_model_dir: P
     with tempfile.TemporaryDirectory() as tmp:
         config: dict = {"server": {"data_dir": tmp}, "metrics": {"enabled": False}}
         if cloud:
-            config["cloud"] = UNCALLED_CLOUD
+            config["cloud"] = uncalled_cloud()
         if intent_model_dir is not None:  # another classifier (e.g. the model before), all else as shipped
             config["router"] = {"intent_model_dir": str(intent_model_dir)}
         settings = Settings.model_validate(config)

@@ -71,6 +71,7 @@ def test_the_pipeline_tokenises_only_near_the_budget() -> None:
 def test_a_complex_paste_goes_to_the_cloud_without_its_tokens_counted() -> None:
     """With a cloud that can take it, a long message the real classifier calls complex is routed
     by its label and never tokenised; a simple one is still counted (``Router.decide``)."""
+    from bench.fake_cloud import refused_base_url
     from cloud_bridge.config import CloudConfig, ProviderConfig
     from edge.cloud_backend import CloudBackend
     from models.intent.runtime import IntentClassifier
@@ -78,8 +79,8 @@ def test_a_complex_paste_goes_to_the_cloud_without_its_tokens_counted() -> None:
     async def scenario() -> None:
         edge = LocalModel(EdgeModelConfig(n_ctx=512, parallel=1, warmup=False))
         await edge.load()
-        # Nothing is sent to this address: the decision only asks whether the cloud may be used.
-        cloud = CloudBackend(CloudConfig(providers=[ProviderConfig(name="t", base_url="http://127.0.0.1:9/v1")],
+        # Nothing is sent to this closed port: the decision only asks whether the cloud may be used.
+        cloud = CloudBackend(CloudConfig(providers=[ProviderConfig(name="t", base_url=refused_base_url())],
                                          warmup=False, keep_warm=False))
         pipeline = Pipeline(Router(RouterConfig(max_prompt_share=0.5), IntentClassifier.load()), edge, cloud)
         assert pipeline.live_state().cloud_available
