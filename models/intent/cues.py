@@ -15,11 +15,12 @@ The lists name domains, not training sentences: they were written from general v
 checks that each cue fires on a plain example in both languages.
 
 Versions: a model learns the weights of the cues its trainer computed, so the vocabulary is versioned and the
-feature version names it (``FeatureConfig.cue_version``: feature version 4 reads vocabulary 2). Version 1 is
-``_CUES`` with digits and Chinese numerals; version 2 adds ``_ADDED_IN_2`` (algorithm names, liability and
-insurance words, choosing between options) and English number words from "two" up, which voice transcripts use
-instead of digits. Each version's tables are built once; a model of either version is featurised exactly as it
-was trained.
+feature version names it (``FeatureConfig.cue_version``: feature version 4 reads vocabulary 2, version 5 reads
+vocabulary 3). Version 1 is ``_CUES`` with digits and Chinese numerals; version 2 adds ``_ADDED_IN_2`` (algorithm
+names, liability and insurance words, choosing between options) and English number words from "two" up, which
+voice transcripts use instead of digits; version 3 adds ``_ADDED_IN_3`` (arguing in depth, riddles posed in
+Chinese, two-step sums, routes, notices to translate, one's own symptoms, drug mixes, visas and tax). Each
+version's tables are built once; a model of any version is featurised exactly as it was trained.
 """
 
 from __future__ import annotations
@@ -159,20 +160,61 @@ _ADDED_IN_2: dict[str, _Cue] = {
         ("哪个更好", "选哪个", "怎么选"),
     ),
 }
-CUE_VERSION = 2  # the newest vocabulary (feature version 4 reads it)
-CUE_VERSIONS = (1, 2)
+# Version 3's additions, merged into version 2's lists: the kinds of difficulty the fresh sets of rounds v22-v24
+# found with no cue word (an argument in depth, a riddle posed in Chinese, a two-step sum, a route to plan, a
+# notice or a card to translate, one's own tax, visa, symptom or drug mix), written as each domain's general
+# vocabulary, not as those requests' words.
+_ADDED_IN_3: dict[str, _Cue] = {
+    "medical": _Cue(
+        _w("fever vomiting nausea diarrhoea diarrhea dizzy dizziness insomnia palpitations eczema interact "
+           "interaction interactions contraindicated"),
+        (),
+        ("safe to take", "ok with", "okay with", "safe with", "mix with"),
+        ("发烧", "发热", "心慌", "失眠", "腹泻", "拉肚子", "呕吐", "湿疹", "皮疹", "一起吃", "同时吃", "散瞳"),
+    ),
+    "legal": _Cue(
+        _w("permit permits"),
+        (),
+        ("my visa", "student visa", "tourist visa", "transit visa", "work visa", "allowed to work"),
+        ("打工", "学生签", "工作签", "旅游签", "过境签", "居留"),
+    ),
+    "finance": _Cue(_w("taxed taxable deductible owe owed")),
+    "plan": _Cue(
+        _w("one-day two-day three-day"),
+        (),
+        ("day route", "best route", "route for"),
+        ("一日游", "两日游", "三日游", "路线", "怎么玩", "玩一天"),
+    ),
+    "reason": _Cue(
+        _w("arguments argument convincing persuasive theories justify critically brainteaser brainteasers "
+           "brain-teaser in-depth"),
+        (),
+        ("in depth", "make the case", "case for", "for and against", "which side", "the evidence"),
+        ("深入", "展开讲", "展开说", "论述", "透彻", "讲透", "论据", "辩论", "猜谜", "猜一个", "猜个字", "猜一猜",
+         "谜语", "谜底", "脑筋急转弯", "找规律", "一共多少", "总共多少", "加起来", "再减", "再加", "再乘", "再除",
+         "再打", "平均每", "相遇"),
+    ),
+    "passage": _Cue(
+        frozenset(),
+        (),
+        ("translate this", "translate the", "this notice", "this note", "this sign", "this message", "this card",
+         "this menu", "this review", "these instructions", "full text"),
+        ("这一段", "这一大段", "把这段", "这段翻", "这封", "须知", "告示", "这则", "这条通知", "以下"),
+    ),
+}
+CUE_VERSION = 3  # the newest vocabulary (feature version 5 reads it)
+CUE_VERSIONS = (1, 2, 3)
 
 
 def _vocabulary(version: int) -> dict[str, _Cue]:
-    """The domains of one version, in the fixed domain order of ``_CUES``."""
-    if version == 1:
-        return _CUES
-    merged: dict[str, _Cue] = {}
-    for name, cue in _CUES.items():
-        more = _ADDED_IN_2.get(name)
-        merged[name] = cue if more is None else _Cue(
-            cue.words | more.words, cue.prefixes + more.prefixes, cue.phrases + more.phrases, cue.zh + more.zh,
-            cue.zh_re)
+    """The domains of one version, in the fixed domain order of ``_CUES``: version 1's lists with the additions
+    of every later version up to ``version`` merged in."""
+    merged = dict(_CUES)
+    for added in (_ADDED_IN_2, _ADDED_IN_3)[: version - 1]:
+        for name, more in added.items():
+            cue = merged[name]
+            merged[name] = _Cue(cue.words | more.words, cue.prefixes + more.prefixes, cue.phrases + more.phrases,
+                                cue.zh + more.zh, cue.zh_re + more.zh_re)
     return merged
 
 

@@ -77,6 +77,23 @@ def test_version_2_vocabulary(text: str, cue: str) -> None:
     assert f"cue:{cue}" not in cue_tokens(normalize(text), 1)
 
 
+@pytest.mark.parametrize(
+    ("text", "cue"),
+    [
+        ("give me the arguments for and against a four-day week", "reason"), ("小时候青大了黄，猜一个水果", "reason"),
+        ("一件衣服打九折再减50元是多少钱", "reason"),
+        ("what's the best route for a day in the old town", "plan"), ("西湖一日游怎么安排", "plan"),
+        ("is it safe to take these two together", "medical"), ("孩子半夜发烧到39度", "medical"),
+        ("can I work part time on my student visa", "legal"), ("我在这边读书，周末能去打工吗", "legal"),
+        ("is my bonus taxed twice", "finance"),
+        ("translate this notice for my guests please", "passage"), ("帮我把入园须知翻成日文", "passage"),
+    ],
+)
+def test_version_3_vocabulary(text: str, cue: str) -> None:
+    assert f"cue:{cue}" in cue_tokens(normalize(text), 3)
+    assert f"cue:{cue}" not in cue_tokens(normalize(text), 2)
+
+
 def test_version_2_counts_spoken_numbers() -> None:
     text = normalize("um the ferry does like twenty two knots and the island is sixty miles away")
     assert "number:3" in cue_tokens(text, 2)  # twenty, two, sixty

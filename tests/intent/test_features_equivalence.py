@@ -58,6 +58,7 @@ TEXTS = _shipped_texts()
 FEATURES_DIGESTS = {
     3: "a14c01021eb946df47637f8833be14dc54d1546a5f20301d9049ed66f435ad16",
     4: "fe8f1190306907c32300c48d81bb459e725921ad397c7d783ed09caea4e547ae",
+    5: "270562e7cfbcd54d5b04216690242fb67dd8ff6cde22f68f8c60acac66c647e2",
 }
 CONFIGS = {
     "shipped": FeatureConfig(),
@@ -137,14 +138,15 @@ def test_the_features_of_each_version_have_not_moved(version: int) -> None:
 
 def test_the_feature_version_names_the_cue_vocabulary_and_a_contradiction_is_refused() -> None:
     card = FeatureConfig().to_dict()
-    assert card["version"] == 4 and card["cue_version"] == max(CUE_VERSIONS) == 2
+    assert card["version"] == 5 and card["cue_version"] == max(CUE_VERSIONS) == 3
     del card["cue_version"]
-    assert FeatureConfig.from_dict(card).cue_version == 2
+    assert FeatureConfig.from_dict(card).cue_version == 3
+    assert FeatureConfig.from_dict({**card, "version": 4}).cue_version == 2
     assert FeatureConfig.from_dict({**card, "version": 3}).cue_version == 1
-    with pytest.raises(ValueError, match="cue vocabulary 1 with feature version 4"):
-        FeatureConfig.from_dict({**card, "cue_version": 1})
-    with pytest.raises(ValueError, match="feature version 5"):
-        FeatureConfig.from_dict({**card, "version": 5})
+    with pytest.raises(ValueError, match="cue vocabulary 2 with feature version 5"):
+        FeatureConfig.from_dict({**card, "cue_version": 2})
+    with pytest.raises(ValueError, match="feature version 6"):
+        FeatureConfig.from_dict({**card, "version": 6})
 
 
 @pytest.mark.parametrize("version", CUE_VERSIONS)
