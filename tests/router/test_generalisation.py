@@ -38,7 +38,7 @@ SHORT_HARD = [
     "plan a 3-day Tokyo trip under ¥50k",
     "can I take ibuprofen with warfarin?",
     "写个正则校验六位邮政编码",
-    "证明质数有无穷多个",
+    "证明素数有无限多个",
     "五千块预算规划三天成都游",
     "我该不该提前还房贷",
 ]
