@@ -54,7 +54,7 @@ def _shipped_texts() -> list[str]:
 TEXTS = _shipped_texts()
 # The features of the held-out file and EDGE_CASES per feature version. Version 3: as the code before the
 # rewrite (commit f15c641) computed them, which version 3 models were trained on. Version 4 (cue vocabulary 2):
-# as first computed with that vocabulary.
+# as first computed with that vocabulary. Version 5 (cue vocabulary 3): likewise (round v25).
 FEATURES_DIGESTS = {
     3: "a14c01021eb946df47637f8833be14dc54d1546a5f20301d9049ed66f435ad16",
     4: "fe8f1190306907c32300c48d81bb459e725921ad397c7d783ed09caea4e547ae",

@@ -126,7 +126,7 @@ def test_shipped_evaluation_files_hold_both_languages_and_labels() -> None:
     # Every held-out folder and every set first written as one: found, not listed, so a new round needs no edit.
     paths = [DATA / "kiosk_test.jsonl", DATA / "threshold" / "kiosk_dev.jsonl",
              *sorted(DATA.glob("heldout*/*_test.jsonl")), *sorted(DATA.glob("kiosk_train_v*.jsonl"))]
-    assert len(paths) == 2 + 10 + 12
+    assert len(paths) == 2 + 13 + 12
     for path in paths:
         rows, _ = ds.load_rows([path])
         assert {r.lang for r in rows} >= {"en", "zh"}
@@ -136,24 +136,27 @@ def test_shipped_evaluation_files_hold_both_languages_and_labels() -> None:
 
 
 def test_the_shipped_model_never_read_the_held_out_sets() -> None:
-    """Its figures on heldout_v22 are only an estimate if it never read that set (written after round v22's rule
-    and deciding it; the next retraining names it in ``--exclude-data``), and heldout_v18 to heldout_v21 (read
+    """Its figures on heldout_v25 are only an estimate if it never read that set (written after round v25's rule
+    and deciding it; the next retraining names it in ``--exclude-data``), and heldout_v18 to heldout_v24 (read
     by earlier rounds) are in its ``--exclude-data``. heldout_v15 to heldout_v17 are its threshold split, never
     training rows. Rows in subfolders are read only where the command names them: the aimed rows of
-    ``focus16/`` and ``focus22/`` are, the second Chinese halves of v18-v20 are not."""
+    ``focus16/``, ``focus22/``, ``focus23/`` and ``focus24/`` are, the second Chinese halves of v18-v20 are not.
+    Its cut keeps recall 0.995 on the split, a margin over the 0.99 constraint (round v25)."""
     card = IntentClassifier.load().card
     read = set(card["training_data"]["files"])
-    held_out = {f"kiosk_heldout_v{k}_test.jsonl" for k in range(15, 23)} | {
+    held_out = {f"kiosk_heldout_v{k}_test.jsonl" for k in range(15, 26)} | {
         f"kiosk_heldout_v{k}_second_zh_test.jsonl" for k in (18, 19, 20)} | {"kiosk_heldout_v17_zh2_test.jsonl"}
     assert not read & held_out
-    excluded = {f"kiosk_heldout_v{k}_test.jsonl" for k in (18, 19, 20, 21)} | {
+    excluded = {f"kiosk_heldout_v{k}_test.jsonl" for k in range(18, 25)} | {
         f"kiosk_heldout_v{k}_second_zh_test.jsonl" for k in (18, 19, 20)}
     assert excluded <= set(card["training_data"]["held_out_files"])
-    assert {f"kiosk_focus{k}_{lang}.jsonl" for k in (16, 22) for lang in ("en", "zh")} <= read
+    assert {f"kiosk_focus{k}_{lang}.jsonl" for k in (16, 22, 23, 24) for lang in ("en", "zh")} <= read
     assert card["thresholds"]["chosen_on"] == (
         "kiosk_dev.jsonl, kiosk_test.jsonl, kiosk_heldout_test.jsonl, kiosk_heldout_v15_test.jsonl, "
         "kiosk_heldout_v16_test.jsonl, kiosk_heldout_v17_test.jsonl, kiosk_heldout_v17_zh2_test.jsonl")
-    assert card["thresholds"]["split_recall"] == card["thresholds"]["target_routing_recall"] == 0.99
+    assert card["thresholds"]["split_recall"] == 0.995
+    assert card["thresholds"]["target_routing_recall"] == 0.99
+    assert card["features"]["version"] == 5 and card["features"]["cue_version"] == 3
 
 
 def test_missing_data_is_a_clean_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
