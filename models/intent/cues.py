@@ -202,15 +202,16 @@ _ADDED_IN_3: dict[str, _Cue] = {
         ("这一段", "这一大段", "把这段", "这段翻", "这封", "须知", "告示", "这则", "这条通知", "以下"),
     ),
 }
-CUE_VERSION = 3  # the newest vocabulary (feature version 5 reads it)
-CUE_VERSIONS = (1, 2, 3)
+_ADDITIONS = (_ADDED_IN_2, _ADDED_IN_3)  # version k + 1 merges the first k of these into ``_CUES``
+CUE_VERSIONS = tuple(range(1, len(_ADDITIONS) + 2))
+CUE_VERSION = CUE_VERSIONS[-1]  # the newest vocabulary (the newest feature version reads it)
 
 
 def _vocabulary(version: int) -> dict[str, _Cue]:
     """The domains of one version, in the fixed domain order of ``_CUES``: version 1's lists with the additions
     of every later version up to ``version`` merged in."""
     merged = dict(_CUES)
-    for added in (_ADDED_IN_2, _ADDED_IN_3)[: version - 1]:
+    for added in _ADDITIONS[: version - 1]:
         for name, more in added.items():
             cue = merged[name]
             merged[name] = _Cue(cue.words | more.words, cue.prefixes + more.prefixes, cue.phrases + more.phrases,

@@ -44,13 +44,15 @@ def implementation() -> str:
     return "C" if _textfeatures is not None else "python"
 
 
-FEATURE_VERSION = 5
-# Version 2 models (whole message only) still load: their card has no ask view and ``featurize`` skips it.
-# Version 4 is version 3's layout read with the second cue vocabulary (``models.intent.cues``). It is a feature
-# version of its own, not only a card field, so that a runtime older than the vocabulary refuses such a model
-# (its version check) instead of featurising it with cues it was not trained on. Version 5 likewise reads the
-# third vocabulary.
-SUPPORTED_VERSIONS = (2, 3, 4, 5)
+# Feature version -> the cue vocabulary it reads (``models.intent.cues``): the one table of the versions this
+# runtime loads. Version 2 models (whole message only) still load: their card has no ask view and ``featurize``
+# skips the ask and the cues. Versions 4 and 5 are version 3's layout read with the second and the third
+# vocabulary. A vocabulary is a feature version of its own, not only a card field, so that a runtime older than
+# the vocabulary refuses such a model (its version check) instead of featurising it with cues it was not
+# trained on.
+_CUE_VOCABULARY = {2: 1, 3: 1, 4: 2, 5: 3}
+SUPPORTED_VERSIONS = tuple(_CUE_VOCABULARY)
+FEATURE_VERSION = max(SUPPORTED_VERSIONS)  # what the trainer writes
 
 # Style punctuation: removed so that it cannot become a label signal. '.' is only removed at a sentence
 # end (it means something inside "3.14" or "os.path").
@@ -115,8 +117,8 @@ class FeatureConfig:
 
     @property
     def cue_version(self) -> int:
-        """The cue vocabulary this feature version reads: 3 from feature version 5, 2 in version 4, 1 before."""
-        return 3 if self.version >= 5 else 2 if self.version == 4 else 1
+        """The cue vocabulary this feature version reads (``_CUE_VOCABULARY``)."""
+        return _CUE_VOCABULARY[self.version]
 
     def to_dict(self) -> dict:
         data = {
