@@ -138,12 +138,12 @@ def test_shipped_evaluation_files_hold_both_languages_and_labels() -> None:
 def test_the_shipped_model_never_read_the_held_out_sets() -> None:
     """Its figures on heldout_v27 and heldout_v28 are only estimates if it never read those sets (written after
     round v27's rule, v27 deciding it and v28 a second estimate; the next retraining names both in
-    ``--exclude-data``). heldout_v15 to heldout_v17 are its
-    threshold split, never training rows, and heldout_v5 is excluded. From round v27 the read sets heldout_v18 to
-    heldout_v26 are training rows at the kiosk weight, as their copies ``kiosk_train_v18.jsonl`` …
-    ``kiosk_train_v26.jsonl`` (source ``kiosk_vN``): the held-out files themselves stay unread, the record of
-    their rounds. So are the aimed rows of ``focus16/``, ``focus22/``, ``focus23/`` and ``focus24/``. Its cut
-    keeps recall 0.995 on the split, a margin over the 0.99 constraint (round v25)."""
+    ``--exclude-data``). heldout_v15 to heldout_v17 are its threshold split, never training rows, and heldout_v5
+    is excluded. From round v27 the read sets heldout_v18 to heldout_v26 are training rows at the kiosk weight,
+    as their copies ``kiosk_train_v18.jsonl`` … ``kiosk_train_v26.jsonl`` (source ``kiosk_vN``); the held-out
+    files themselves stay unread, the record of their rounds. The aimed rows of ``focus16/``, ``focus22/``,
+    ``focus23/`` and ``focus24/`` are training rows too. Its cut keeps recall 0.995 on the split, a margin over
+    the 0.99 constraint (round v25)."""
     card = IntentClassifier.load().card
     read = set(card["training_data"]["files"])
     held_out = {f"kiosk_heldout_v{k}_test.jsonl" for k in (5, *range(15, 29))} | {
