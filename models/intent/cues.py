@@ -263,6 +263,8 @@ class CueTables:
     # ``number_words`` as whole words behind a lookahead for their first letters (None without any): a word
     # start that no number word starts with fails in one set test, not once per word of the alternation.
     number_words_re: re.Pattern[str] | None = field(init=False)
+    # The tables ``_textfeatures.cue_scan`` takes after the text, in its order: spelled once, here.
+    scan_args: tuple = field(init=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "cue_words", frozenset(self.words))
@@ -280,6 +282,8 @@ class CueTables:
         words = "|".join(map(re.escape, sorted(self.number_words)))
         object.__setattr__(self, "number_words_re",
                            re.compile(rf"\b(?=[{firsts}])(?:{words})\b") if self.number_words else None)
+        object.__setattr__(self, "scan_args", (self.words, self.prefix_heads, self.prefix_length, self.prefix_cues,
+                                               self.phrases_by_first, self.number_words))
 
 
 _LOOKBEHIND_RE = re.compile(r"\(\?<[!=][^()]*\)")
@@ -371,8 +375,7 @@ def cue_tokens(norm: str, version: int = CUE_VERSION) -> list[str]:
     """
     t = TABLES[version]
     if _textfeatures is not None:
-        found, numbers = _textfeatures.cue_scan(norm, t.words, t.prefix_heads, t.prefix_length,
-                                                t.prefix_cues, t.phrases_by_first, t.number_words)
+        found, numbers = _textfeatures.cue_scan(norm, *t.scan_args)
     else:
         found, numbers = _english_cues(norm, t), _count_numbers(norm, t)
     if _CJK_RE.search(norm) is not None:

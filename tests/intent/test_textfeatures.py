@@ -136,8 +136,7 @@ _CUE_PIECES = ["two", "eighteen", "eight", "sixty", "hundred", "one", "3", "12.5
 
 def _scan(norm: str, version: int) -> tuple[set[str], int]:
     t = TABLES[version]
-    return textfeatures.cue_scan(norm, t.words, t.prefix_heads, t.prefix_length, t.prefix_cues, t.phrases_by_first,
-                                 t.number_words)
+    return textfeatures.cue_scan(norm, *t.scan_args)
 
 
 @settings(max_examples=400, deadline=None)

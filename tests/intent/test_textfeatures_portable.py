@@ -9,7 +9,7 @@ installed build, which the other tests hold to the Python and numpy spelling, an
 spelling itself. A difference in how the source reads a byte would show as a feature or a cue that differs.
 
 What this does not show: the module running on an aarch64 CPU (alignment, the compiler's own code), which only
-the device can (docs/intent.md, *Latency*, says how it was checked).
+the device can (docs/intent.md, *Limitations*, says what was checked instead).
 """
 
 from __future__ import annotations
@@ -71,8 +71,7 @@ def _featurize_with(module: ModuleType | None, texts: list[str], config: Feature
 
 def _assert_same_cues(module: ModuleType, norm: str, version: int) -> None:
     t = TABLES[version]
-    found, numbers = module.cue_scan(norm, t.words, t.prefix_heads, t.prefix_length, t.prefix_cues,
-                                     t.phrases_by_first, t.number_words)
+    found, numbers = module.cue_scan(norm, *t.scan_args)
     assert found == _english_cues(norm, t), norm
     assert numbers == _count_numbers(norm, t), norm
 
@@ -89,8 +88,7 @@ def test_shipped_texts_give_the_same_features(unsigned_char_build: ModuleType, c
 
 @pytest.mark.parametrize("version", CUE_VERSIONS)
 def test_shipped_texts_give_the_same_cues(unsigned_char_build: ModuleType, version: int) -> None:
-    t = TABLES[version]
-    args = (t.words, t.prefix_heads, t.prefix_length, t.prefix_cues, t.phrases_by_first, t.number_words)
+    args = TABLES[version].scan_args
     for norm in map(normalize, TEXTS):
         assert unsigned_char_build.cue_scan(norm, *args) == features._textfeatures.cue_scan(norm, *args), norm
 
