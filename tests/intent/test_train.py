@@ -123,7 +123,8 @@ def test_split_recall_is_the_cuts_recall_on_the_split(sample: Path, tmp_path: Pa
 
 
 def test_shipped_evaluation_files_hold_both_languages_and_labels() -> None:
-    # Every held-out folder and every set first written as one: found, not listed, so a new round needs no edit.
+    # Every held-out folder and every set first written as one, found by pattern; the count guards against a
+    # lost file, so a new set raises it.
     paths = [DATA / "kiosk_test.jsonl", DATA / "threshold" / "kiosk_dev.jsonl",
              *sorted(DATA.glob("heldout*/*_test.jsonl")), *sorted(DATA.glob("kiosk_train_v*.jsonl"))]
     assert len(paths) == 2 + 16 + 21
