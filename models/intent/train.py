@@ -288,28 +288,28 @@ def _write_card(card: dict, out: Path) -> None:
     (out / CARD_FILE).write_text(text, encoding="utf-8")
 
 
-def train_intent(
-    data: Sequence[str | Path],
-    out_dir: str | Path,
-    tc: TrainConfig | None = None,
-    fc: FeatureConfig | None = None,
-    log=print,
-    threshold_data: Sequence[str | Path] = (),
-    phrases: Phrases | None = None,
-    exclude_data: Sequence[str | Path] = (),
-) -> dict:
-    """Train on ``data`` (files or directories of JSONL), write ``intent.onnx`` and ``card.json`` to
-    ``out_dir`` and return the card.
+@dataclass(frozen=True)
+class PreparedRows:
+    """The rows one training run reads, as ``train_intent`` and ``recut`` both need them.
 
-    ``threshold_data`` (files or directories, ``*_test.jsonl`` included) is a labelled split written apart
-    from the training data: the routing cut is chosen on it, and any of its texts found in ``data`` are
-    left out of training. Without it the cut comes from out-of-fold predictions on the training rows.
-    ``exclude_data`` (the held-out evaluation set) is never used: its texts are dropped from the training
-    rows and from the threshold split alike.
+    ``rows`` are sorted by text key (the order the fit and the digest see); ``train_idx`` indexes the rows
+    fitted on (all of them when a threshold split is given, else those outside the content-hashed dev split).
     """
-    tc = tc or TrainConfig()
-    fc = fc or FeatureConfig()
-    phrases = phrases if phrases is not None else Phrases.load()
+
+    rows: list[ds.Row]
+    train_idx: np.ndarray
+    held_rows: list[ds.Row]
+    held_files: list[Path]
+    report: ds.LoadReport
+    overlap: int  # training texts dropped because the threshold split holds them
+    n_excluded: int  # training texts dropped because a held-out set holds them
+    held_dropped: int  # threshold-split texts dropped because a held-out set holds them
+
+
+def prepare_rows(data: Sequence[str | Path], threshold_data: Sequence[str | Path] = (),
+                 exclude_data: Sequence[str | Path] = ()) -> PreparedRows:
+    """Read training, threshold and held-out files the way a training run does: a threshold-split text is
+    never trained on; a held-out text is in neither the training rows nor the split."""
     files = ds.expand_paths(data)
     rows, report = ds.load_rows(files)
     held_rows: list[ds.Row] = []
@@ -332,14 +332,45 @@ def train_intent(
     # content-hashed dev split would only hold back 15 % of the training rows.
     use_dev = not held_rows
     is_train = np.asarray([not (use_dev and ds.is_dev(r.text)) for r in rows], dtype=bool)
-    train_idx = np.flatnonzero(is_train)
+    return PreparedRows(rows, np.flatnonzero(is_train), held_rows, held_files, report, overlap, n_excluded,
+                        n_held - len(held_rows))
+
+
+def train_intent(
+    data: Sequence[str | Path],
+    out_dir: str | Path,
+    tc: TrainConfig | None = None,
+    fc: FeatureConfig | None = None,
+    log=print,
+    threshold_data: Sequence[str | Path] = (),
+    phrases: Phrases | None = None,
+    exclude_data: Sequence[str | Path] = (),
+) -> dict:
+    """Train on ``data`` (files or directories of JSONL), write ``intent.onnx`` and ``card.json`` to
+    ``out_dir`` and return the card.
+
+    ``threshold_data`` (files or directories, ``*_test.jsonl`` included) is a labelled split written apart
+    from the training data: the routing cut is chosen on it, and any of its texts found in ``data`` are
+    left out of training. Without it the cut comes from out-of-fold predictions on the training rows.
+    ``exclude_data`` (the held-out evaluation set) is never used: its texts are dropped from the training
+    rows and from the threshold split alike.
+    """
+    tc = tc or TrainConfig()
+    fc = fc or FeatureConfig()
+    phrases = phrases if phrases is not None else Phrases.load()
+    prepared = prepare_rows(data, threshold_data, exclude_data)
+    rows, held_rows, held_files, train_idx = prepared.rows, prepared.held_rows, prepared.held_files, prepared.train_idx
+    report, overlap, n_excluded = prepared.report, prepared.overlap, prepared.n_excluded
+    use_dev = not held_rows
+    is_train = np.zeros(len(rows), dtype=bool)
+    is_train[train_idx] = True
     train = [rows[i] for i in train_idx]
     dev = [rows[i] for i in np.flatnonzero(~is_train)]
     log(
-        f"read {report.rows} rows from {len(files)} files (skipped: {report.skipped_multi_turn} multi-turn, "
+        f"read {report.rows} rows from {len(report.files)} files (skipped: {report.skipped_multi_turn} multi-turn, "
         f"{report.skipped_duplicates} duplicates, {report.skipped_bad} unreadable, {overlap} in the threshold "
         f"split, {n_excluded} in the held-out set); train {len(train)}, dev {len(dev)}, threshold split "
-        f"{len(held_rows)} ({n_held - len(held_rows)} held-out texts dropped)"
+        f"{len(held_rows)} ({prepared.held_dropped} held-out texts dropped)"
     )
     if not train:
         raise ValueError("no training rows")
