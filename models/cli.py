@@ -33,6 +33,19 @@ def _train_intent(args: argparse.Namespace) -> int:
     return 0
 
 
+def _recut_intent(args: argparse.Namespace) -> int:
+    from models.intent.recut import recut
+
+    try:
+        recut(args.model, args.out, data=args.data, threshold_data=args.threshold_data,
+              add_threshold_data=args.add_threshold_data, exclude_data=args.exclude_data or (),
+              split_recall=args.split_recall)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def _eval_intent(args: argparse.Namespace) -> int:
     from models.intent.evaluate import evaluate, format_report, write_json
 
@@ -76,6 +89,27 @@ def _register_intent(msub: argparse._SubParsersAction) -> None:
     train.add_argument("--no-source-holdout", action="store_true",
                        help="skip the leave-one-source-out evaluation (faster)")
     train.set_defaults(func=_train_intent, needs_extra="train")
+
+    cut = msub.add_parser(
+        "recut-intent",
+        help="choose a trained hidden-layer model's cuts again on its split plus more rows, weights unchanged",
+        description="Write a copy of a hidden-layer intent model whose routing and label cuts are chosen on its "
+                    "threshold split plus --add-threshold-data (rows it trained on left out); needs the "
+                    "training paths of its run, checked against the card.",
+    )
+    cut.add_argument("--model", required=True, metavar="DIR", help="the trained model directory")
+    cut.add_argument("--out", required=True, metavar="DIR", help="a new, empty output directory")
+    cut.add_argument("--data", nargs="+", required=True, metavar="PATH", help="the model's train-intent --data")
+    cut.add_argument("--threshold-data", nargs="+", required=True, metavar="PATH",
+                     help="the model's train-intent --threshold-data")
+    cut.add_argument("--exclude-data", nargs="+", default=None, metavar="PATH",
+                     help="the model's train-intent --exclude-data")
+    cut.add_argument("--add-threshold-data", nargs="+", required=True, metavar="PATH",
+                     help="labelled rows the model never trained on (files or directories, *_test.jsonl "
+                          "included) to join the split")
+    cut.add_argument("--split-recall", type=float, default=None, metavar="R",
+                     help="complex recall the routing cut keeps on the larger split (default: the card's)")
+    cut.set_defaults(func=_recut_intent, needs_extra="train")
 
     ev = msub.add_parser(
         "eval-intent",
