@@ -60,7 +60,8 @@ def _run(venv: Path, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[
 
 HELP = [
     [], ["serve"], ["route"], ["sla", "report"], ["report"], ["cache"], ["diagnose", "cloud"],
-    ["models"], ["models", "train-intent"], ["models", "eval-intent"], ["models", "status"],
+    ["models"], ["models", "train-intent"], ["models", "eval-intent"], ["models", "recut-intent"],
+    ["models", "status"],
     ["models", "update"], ["fleet"], ["fleet", "init"], ["bench"], ["bench", "kiosk"], ["bench", "scale"],
 ]
 
@@ -105,10 +106,12 @@ def test_first_steps_of_the_commands_without_extras(bare_venv: Path, tmp_path: P
     ("args", "extra"),
     [
         (("models", "train-intent", "--data", "x.jsonl", "--out", "out"), "train"),
+        (("models", "recut-intent", "--model", "m", "--out", "out", "--data", "x.jsonl", "--threshold-data",
+          "y.jsonl", "--add-threshold-data", "z.jsonl"), "train"),
         (("bench", "kiosk", "--quick"), "bench"),
         (("bench", "scale", "--quick"), "bench"),
     ],
-    ids=["train", "bench-kiosk", "bench-scale"],
+    ids=["train", "recut", "bench-kiosk", "bench-scale"],
 )
 def test_a_missing_extra_is_one_line_naming_it(bare_venv: Path, tmp_path: Path, args: tuple[str, ...],
                                                extra: str) -> None:
