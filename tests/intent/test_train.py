@@ -127,7 +127,7 @@ def test_shipped_evaluation_files_hold_both_languages_and_labels() -> None:
     # lost file, so a new set raises it.
     paths = [DATA / "kiosk_test.jsonl", DATA / "threshold" / "kiosk_dev.jsonl",
              *sorted(DATA.glob("heldout*/*_test.jsonl")), *sorted(DATA.glob("kiosk_train_v*.jsonl"))]
-    assert len(paths) == 2 + 16 + 21
+    assert len(paths) == 2 + 23 + 25
     for path in paths:
         rows, _ = ds.load_rows([path])
         assert {r.lang for r in rows} >= {"en", "zh"}
@@ -137,27 +137,28 @@ def test_shipped_evaluation_files_hold_both_languages_and_labels() -> None:
 
 
 def test_the_shipped_model_never_read_the_held_out_sets() -> None:
-    """Its figures on heldout_v27 and heldout_v28 are only estimates if it never read those sets (written after
-    round v27's rule, v27 deciding it and v28 a second estimate; the next retraining names both in
-    ``--exclude-data``). heldout_v15 to heldout_v17 are its threshold split, never training rows, and heldout_v5
-    is excluded. From round v27 the read sets heldout_v18 to heldout_v26 are training rows at the kiosk weight,
-    as their copies ``kiosk_train_v18.jsonl`` … ``kiosk_train_v26.jsonl`` (source ``kiosk_vN``); the held-out
-    files themselves stay unread, the record of their rounds. The aimed rows of ``focus16/``, ``focus22/``,
-    ``focus23/`` and ``focus24/`` are training rows too. Its cut keeps recall 0.995 on the split, a margin over
-    the 0.99 constraint (round v25)."""
+    """Its figures on heldout_v31-v33, heldout_v35 and heldout_v36 are only estimates if it never read those
+    sets (v31, v33 and v35 decided rounds, v32 and v36 are second estimates). heldout_v15 to
+    heldout_v17 are its threshold split, never training rows, and heldout_v5 is excluded. The read sets
+    heldout_v18 to heldout_v30 are training rows at the kiosk weight, as their copies ``kiosk_train_v18.jsonl``
+    … ``kiosk_train_v30.jsonl`` (source ``kiosk_vN``); the held-out files themselves stay unread, the record of
+    their rounds. The aimed rows of ``focus16/``, ``focus22/``, ``focus23/`` and ``focus24/`` are training rows
+    too. Its cut keeps recall 0.995 on the split, a margin over the 0.99 constraint (round v25)."""
     card = IntentClassifier.load().card
     read = set(card["training_data"]["files"])
-    held_out = {f"kiosk_heldout_v{k}_test.jsonl" for k in (5, *range(15, 29))} | {
+    held_out = {f"kiosk_heldout_v{k}_test.jsonl" for k in (5, *range(15, 34), 35, 36)} | {
         f"kiosk_heldout_v{k}_second_zh_test.jsonl" for k in (18, 19, 20)} | {"kiosk_heldout_v17_zh2_test.jsonl"}
     assert not read & held_out
     assert {"kiosk_heldout_v5_test.jsonl"} <= set(card["training_data"]["held_out_files"])
-    assert {f"kiosk_train_v{k}.jsonl" for k in range(18, 27)} <= read
-    for k in range(18, 27):  # the copies are the held-out rows, texts and labels unchanged, at the kiosk weight
+    assert {f"kiosk_train_v{k}.jsonl" for k in range(18, 31)} <= read
+    assert not {f"kiosk_train_v{k}.jsonl" for k in range(31, 34)} & read
+    for k in range(18, 31):  # the copies are the held-out rows, texts and labels unchanged, at the kiosk weight
         copy, _ = ds.load_rows([DATA / f"kiosk_train_v{k}.jsonl"])
         original, _ = ds.load_rows(sorted((DATA / f"heldout_v{k}").rglob("*_test.jsonl")))
         assert sorted((r.text, r.label) for r in copy) == sorted((r.text, r.label) for r in original)
         assert {r.source for r in copy} == {f"kiosk_v{k}"}
     assert {f"kiosk_focus{k}_{lang}.jsonl" for k in (16, 22, 23, 24) for lang in ("en", "zh")} <= read
+    assert not {f"kiosk_focus29_{lang}.jsonl" for lang in ("en", "zh")} & read
     assert card["thresholds"]["chosen_on"] == (
         "kiosk_dev.jsonl, kiosk_test.jsonl, kiosk_heldout_test.jsonl, kiosk_heldout_v15_test.jsonl, "
         "kiosk_heldout_v16_test.jsonl, kiosk_heldout_v17_test.jsonl, kiosk_heldout_v17_zh2_test.jsonl")
