@@ -33,7 +33,6 @@ import hashlib
 import json
 import shutil
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -44,27 +43,20 @@ from models.intent import dataset as ds
 from models.intent.features import FeatureConfig
 from models.intent.hidden_layer import HiddenLayerModel
 from models.intent.runtime import CARD_FILE, MODEL_FILE
-from models.intent.thresholds import Thresholds, logit, routing_report, shift, thresholds_on_split
-from models.intent.train import TrainConfig, _matrix, _objective, prepare_rows
+from models.intent.thresholds import logit, thresholds_on_split
+from models.intent.train import (
+    TrainConfig,
+    _matrix,
+    _write_card,
+    prepare_rows,
+    threshold_split_metrics,
+    thresholds_entry,
+)
 
 # Reading the split again must give the card's cuts; the unshifted bias is rebuilt from a float32, so the
 # probabilities may move in the seventh digit and a cut (rounded to 1e-4) by one step at most.
 CUT_TOLERANCE = 1e-4
 P_TOLERANCE = 1e-5
-
-
-@dataclass(frozen=True)
-class RecutReport:
-    """What one recut did: the old and new cuts, and the rows the split gained and lost."""
-
-    old: Thresholds
-    new: Thresholds
-    split_rows: int
-    added_rows: int
-    left_out_trained: int
-    left_out_held_out: int
-    left_out_duplicate: int
-    version: str
 
 
 def load_hidden_layer(model_dir: Path) -> tuple[HiddenLayerModel, dict]:
@@ -86,8 +78,9 @@ def _network(path: Path) -> HiddenLayerModel:
 def recut(model_dir: str | Path, out_dir: str | Path, *, data: Sequence[str | Path],
           threshold_data: Sequence[str | Path], add_threshold_data: Sequence[str | Path],
           exclude_data: Sequence[str | Path] = (), split_recall: float | None = None,
-          log=print) -> RecutReport:
-    """Write ``out_dir`` with ``model_dir``'s weights and the cuts its split and ``add_threshold_data`` choose.
+          log=print) -> dict:
+    """Write ``out_dir`` with ``model_dir``'s weights and the cuts its split and ``add_threshold_data`` choose;
+    return the new card.
 
     ``data``, ``threshold_data`` and ``exclude_data`` are the paths the model was trained with (checked
     against the card's digest); ``split_recall`` defaults to the card's.
@@ -108,25 +101,9 @@ def recut(model_dir: str | Path, out_dir: str | Path, *, data: Sequence[str | Pa
         raise ValueError("the training paths given do not give the rows this model was trained on "
                          "(card training_data.sha256 differs): pass the train-intent --data, --threshold-data "
                          "and --exclude-data of its training run")
-    raw = net.shifted(-logit(cuts["decision_p_complex"]))  # the label cut taken back out of the bias
-
-    def p_raw(rows: Sequence[ds.Row]) -> np.ndarray:
-        return raw.p_complex(_matrix([r.text for r in rows], fc))
-
-    old_rows = prepared.held_rows
-    old = thresholds_on_split([r.label for r in old_rows], p_raw(old_rows),
-                              TrainConfig(split_recall=cuts["split_recall"]), cuts["chosen_on"])
-    if (abs(old.routing_cut_p_complex - cuts["routing_cut_p_complex"]) > CUT_TOLERANCE
-            or abs(old.decision_p_complex - cuts["decision_p_complex"]) > CUT_TOLERANCE):
-        raise ValueError(f"the model's own split gives cuts {old.routing_cut_p_complex}/{old.decision_p_complex}, "
-                         f"not the card's {cuts['routing_cut_p_complex']}/{cuts['decision_p_complex']}: "
-                         "the split paths differ from its training run")
 
     trained = {ds.text_key(r.text) for r in train}
-    held_out: set[str] = set()
-    if exclude_data:
-        never, _ = ds.load_rows(ds.expand_paths(exclude_data, include_test_files=True))
-        held_out = {ds.text_key(r.text) for r in never}
+    old_rows = prepared.held_rows
     in_split = {ds.text_key(r.text) for r in old_rows}
     added_files = ds.expand_paths(add_threshold_data, include_test_files=True)
     candidates, _ = ds.load_rows(added_files)
@@ -136,16 +113,26 @@ def recut(model_dir: str | Path, out_dir: str | Path, *, data: Sequence[str | Pa
         key = ds.text_key(row.text)
         if key in trained:
             n_trained += 1
-        elif key in held_out:
+        elif key in prepared.excluded_keys:
             n_held_out += 1
         elif key in in_split:
             n_dup += 1
         else:
             in_split.add(key)
             added.append(row)
-    split = [*old_rows, *added]
+    split = [*old_rows, *added]  # the model's own split first: its cuts are checked on p[:len(old_rows)]
     x = _matrix([r.text for r in split], fc)
+    raw = net.shifted(-logit(cuts["decision_p_complex"]))  # the label cut taken back out of the bias
     p = raw.p_complex(x)
+
+    old = thresholds_on_split([r.label for r in old_rows], p[:len(old_rows)],
+                              TrainConfig(split_recall=cuts["split_recall"]), cuts["chosen_on"])
+    if (abs(old.routing_cut_p_complex - cuts["routing_cut_p_complex"]) > CUT_TOLERANCE
+            or abs(old.decision_p_complex - cuts["decision_p_complex"]) > CUT_TOLERANCE):
+        raise ValueError(f"the model's own split gives cuts {old.routing_cut_p_complex}/{old.decision_p_complex}, "
+                         f"not the card's {cuts['routing_cut_p_complex']}/{cuts['decision_p_complex']}: "
+                         "the split paths differ from its training run")
+
     chosen_on = ", ".join([cuts["chosen_on"], *(f.name for f in added_files)])
     new = thresholds_on_split([r.label for r in split], p, tc, chosen_on)
     log(f"split {len(split)} rows ({len(added)} added; left out: {n_trained} trained on, {n_held_out} held out, "
@@ -164,19 +151,9 @@ def recut(model_dir: str | Path, out_dir: str | Path, *, data: Sequence[str | Pa
     new_card = json.loads(json.dumps(card))
     new_card["version"] = version
     new_card["model"]["onnx_sha256"] = hashlib.sha256((out / MODEL_FILE).read_bytes()).hexdigest()
-    new_card["thresholds"].update({
-        "decision_p_complex": new.decision_p_complex,
-        "simple_min_confidence": new.simple_min_confidence,
-        "routing_cut_p_complex": new.routing_cut_p_complex,
-        "objective": _objective(tc),
-        "split_recall": tc.split_recall,
-        "chosen_on": new.chosen_on,
-    })
-    shifted = shift(p, new.decision_p_complex)
-    new_card["metrics"]["threshold_split"] = {
-        "files": [*card["metrics"]["threshold_split"]["files"], *(f.name for f in added_files)],
-        "routing": routing_report(split, shifted, new.simple_min_confidence),
-    }
+    new_card["thresholds"] = thresholds_entry(new, tc)
+    new_card["metrics"]["threshold_split"] = threshold_split_metrics(
+        [*card["metrics"]["threshold_split"]["files"], *(f.name for f in added_files)], split, p, new)
     new_card["recut"] = {
         "from_version": card["version"],
         "from_onnx_sha256": card["model"]["onnx_sha256"],
@@ -189,8 +166,7 @@ def recut(model_dir: str | Path, out_dir: str | Path, *, data: Sequence[str | Pa
         "left_out_already_in_split": n_dup,
         "note": "weights unchanged; only the output bias (the label cut) and the routing cut moved",
     }
-    (out / CARD_FILE).write_text(json.dumps(new_card, ensure_ascii=False, indent=2, sort_keys=True) + "\n",
-                                 encoding="utf-8")
+    _write_card(new_card, out)
     log(f"threshold split: {new_card['metrics']['threshold_split']['routing']['all']}")
     log(f"wrote {out / MODEL_FILE} and {out / CARD_FILE} (version {version})")
-    return RecutReport(old, new, len(split), len(added), n_trained, n_held_out, n_dup, version)
+    return new_card

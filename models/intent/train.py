@@ -42,6 +42,7 @@ from models.intent.metrics import routing_recall, summarize
 from models.intent.onnx_graph import LABELS, write_intent_graph
 from models.intent.runtime import CARD_FILE, MODEL_FILE, IntentClassifier
 from models.intent.thresholds import (
+    Thresholds,
     logit,
     routing_report,
     shift,
@@ -292,18 +293,27 @@ def _write_card(card: dict, out: Path) -> None:
 class PreparedRows:
     """The rows one training run reads, as ``train_intent`` and ``recut`` both need them.
 
-    ``rows`` are sorted by text key (the order the fit and the digest see); ``train_idx`` indexes the rows
+    ``rows`` are sorted by text key (the order the fit and the digest see); ``is_train`` marks the rows
     fitted on (all of them when a threshold split is given, else those outside the content-hashed dev split).
     """
 
     rows: list[ds.Row]
-    train_idx: np.ndarray
+    is_train: np.ndarray
     held_rows: list[ds.Row]
     held_files: list[Path]
+    excluded_keys: frozenset[str]  # text keys of the held-out sets: in neither the training rows nor the split
     report: ds.LoadReport
     overlap: int  # training texts dropped because the threshold split holds them
     n_excluded: int  # training texts dropped because a held-out set holds them
     held_dropped: int  # threshold-split texts dropped because a held-out set holds them
+
+    @property
+    def use_dev(self) -> bool:
+        return not self.held_rows
+
+    @property
+    def train_idx(self) -> np.ndarray:
+        return np.flatnonzero(self.is_train)
 
 
 def prepare_rows(data: Sequence[str | Path], threshold_data: Sequence[str | Path] = (),
@@ -332,8 +342,29 @@ def prepare_rows(data: Sequence[str | Path], threshold_data: Sequence[str | Path
     # content-hashed dev split would only hold back 15 % of the training rows.
     use_dev = not held_rows
     is_train = np.asarray([not (use_dev and ds.is_dev(r.text)) for r in rows], dtype=bool)
-    return PreparedRows(rows, np.flatnonzero(is_train), held_rows, held_files, report, overlap, n_excluded,
+    return PreparedRows(rows, is_train, held_rows, held_files, frozenset(excluded), report, overlap, n_excluded,
                         n_held - len(held_rows))
+
+
+def thresholds_entry(th: Thresholds, tc: TrainConfig) -> dict:
+    """The card's ``thresholds``: where the cuts sit and the objective they were chosen for."""
+    return {
+        "decision_p_complex": th.decision_p_complex,
+        "decision_note": "baked into the ONNX bias: label = argmax of probs",
+        "simple_min_confidence": th.simple_min_confidence,
+        "routing_cut_p_complex": th.routing_cut_p_complex,
+        "objective": _objective(tc),
+        "split_recall": tc.split_recall,
+        "chosen_on": th.chosen_on,
+        "target_routing_recall": tc.target_routing_recall,
+    }
+
+
+def threshold_split_metrics(files: Sequence[str], rows: Sequence[ds.Row], p_raw: np.ndarray,
+                            th: Thresholds) -> dict:
+    """The card's ``metrics.threshold_split``: the routing figures on the split the cuts were chosen on."""
+    shifted = shift(p_raw, th.decision_p_complex)
+    return {"files": list(files), "routing": routing_report(rows, shifted, th.simple_min_confidence)}
 
 
 def train_intent(
@@ -360,12 +391,9 @@ def train_intent(
     phrases = phrases if phrases is not None else Phrases.load()
     prepared = prepare_rows(data, threshold_data, exclude_data)
     rows, held_rows, held_files, train_idx = prepared.rows, prepared.held_rows, prepared.held_files, prepared.train_idx
-    report, overlap, n_excluded = prepared.report, prepared.overlap, prepared.n_excluded
-    use_dev = not held_rows
-    is_train = np.zeros(len(rows), dtype=bool)
-    is_train[train_idx] = True
+    report, overlap, n_excluded, use_dev = prepared.report, prepared.overlap, prepared.n_excluded, prepared.use_dev
     train = [rows[i] for i in train_idx]
-    dev = [rows[i] for i in np.flatnonzero(~is_train)]
+    dev = [rows[i] for i in np.flatnonzero(~prepared.is_train)]
     log(
         f"read {report.rows} rows from {len(report.files)} files (skipped: {report.skipped_multi_turn} multi-turn, "
         f"{report.skipped_duplicates} duplicates, {report.skipped_bad} unreadable, {overlap} in the threshold "
@@ -424,16 +452,7 @@ def train_intent(
             "kiosk_weight": tc.kiosk_weight,
             "onnx_sha256": hashlib.sha256((out / MODEL_FILE).read_bytes()).hexdigest(),
         },
-        "thresholds": {
-            "decision_p_complex": th.decision_p_complex,
-            "decision_note": "baked into the ONNX bias: label = argmax of probs",
-            "simple_min_confidence": th.simple_min_confidence,
-            "routing_cut_p_complex": th.routing_cut_p_complex,
-            "objective": _objective(tc),
-            "split_recall": tc.split_recall,
-            "chosen_on": th.chosen_on,
-            "target_routing_recall": tc.target_routing_recall,
-        },
+        "thresholds": thresholds_entry(th, tc),
         "training_data": {
             "sha256": data_digest,
             "rows": len(train),
@@ -460,11 +479,8 @@ def train_intent(
         metrics["out_of_fold"] = summarize(train_labels, ["complex" if p >= 0.5 else "simple" for p in oof_shifted])
         metrics["out_of_fold_routing"] = routing_recall(train_labels, oof_shifted, th.simple_min_confidence)
     if held_rows:
-        shifted = shift(held_p, th.decision_p_complex)
-        metrics["threshold_split"] = {
-            "files": [Path(f).name for f in held_files],
-            "routing": routing_report(held_rows, shifted, th.simple_min_confidence),
-        }
+        metrics["threshold_split"] = threshold_split_metrics([Path(f).name for f in held_files], held_rows,
+                                                             held_p, th)
         log(f"threshold split: {metrics['threshold_split']['routing']['all']}")
     if dev:
         clf = IntentClassifier.load(out, providers=["CPUExecutionProvider"])
