@@ -62,6 +62,17 @@ def routing_recall(y_true: Sequence[str], p_complex: Sequence[float], min_simple
     }
 
 
+def cohen_kappa(a: Sequence[str], b: Sequence[str]) -> float:
+    """Cohen's kappa of two labellings of the same rows: their agreement beyond what their label shares
+    would give by chance (1 = the same labels everywhere, 0 = chance). 1.0 when both give one label only."""
+    if len(a) != len(b) or not a:
+        raise ValueError("two labellings of the same, non-empty rows are needed")
+    n = len(a)
+    observed = sum(x == y for x, y in zip(a, b, strict=True)) / n
+    chance = sum((list(a).count(label) / n) * (list(b).count(label) / n) for label in set(a) | set(b))
+    return 1.0 if chance == 1.0 else (observed - chance) / (1.0 - chance)
+
+
 def percentiles_ms(latencies_ms: Sequence[float]) -> dict:
     """The models package's one percentile summary: numpy's default, linear interpolation (type 7)."""
     arr = np.asarray(latencies_ms, dtype=np.float64)
