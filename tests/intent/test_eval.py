@@ -48,7 +48,7 @@ def test_eval_prints_sections_and_writes_json(tmp_path: Path, capsys: pytest.Cap
 def test_shipped_model_generalises_to_hand_written_kiosk_requests() -> None:
     """The hand-written test set is never trained on. With the card's confidence threshold (what the
     policy applies), complex requests must reach the cloud: at most two of its 96 kept on the device (the
-    models of rounds v27 and v31 keep two, "Draft a press release …" and "Is free will compatible with
+    models of rounds v27, v31 and v37 keep two, "Draft a press release …" and "Is free will compatible with
     determinism?", where round v25's kept one; docs/intent.md, rounds v26 and v27)."""
     report = evaluate([KIOSK_TEST])
     assert report["overall"]["accuracy"] >= 0.93
