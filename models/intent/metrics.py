@@ -64,7 +64,8 @@ def routing_recall(y_true: Sequence[str], p_complex: Sequence[float], min_simple
 
 def cohen_kappa(a: Sequence[str], b: Sequence[str]) -> float:
     """Cohen's kappa of two labellings of the same rows: their agreement beyond what their label shares
-    would give by chance (1 = the same labels everywhere, 0 = chance). 1.0 when both give one label only."""
+    would give by chance (1 = the same labels everywhere, 0 = chance); 1.0 when both give the same one label to
+    every row, where chance agreement is already complete."""
     if len(a) != len(b) or not a:
         raise ValueError("two labellings of the same, non-empty rows are needed")
     n = len(a)
