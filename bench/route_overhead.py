@@ -23,9 +23,15 @@ and a refusal, where with one a paste the classifier calls complex goes to the c
 0.2-0.8 ms over kiosk traffic alone: the paste's exact token count (llama.cpp's tokenizer) evicts what the next
 kiosk request needs (docs/intent.md, *Latency*).
 
+``--busy-cores N`` holds N cores with busy-loop processes while it measures (``--busy-nice K`` runs them at
+nice K): a stand-in for llama.cpp decoding another kiosk's answer on every core, which is what a request decided
+during a decode competes with. On the 2-vCPU development VM both cores held put the kiosk P99 at 4.5-4.8 ms, the
+same loops at nice 10 at 0.55-0.76 ms (docs/intent.md, *Latency*).
+
 Prints P50/P99 per stage and kind and writes ``bench/results/route_overhead.json``.
 
     .venv/bin/python -m bench.route_overhead [--requests 3000] [--long-share 0.5] [--no-cloud]
+        [--busy-cores N [--busy-nice K]]
 """
 
 from __future__ import annotations
@@ -35,9 +41,12 @@ import asyncio
 import json
 import os
 import random
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from bench.edge_overhead import QUESTIONS
@@ -84,6 +93,19 @@ def load_texts(limit: int, seed: int = 7, extra_dirs: tuple[Path, ...] = (),
         is_long = bool(long) and int((i + 1) * long_share) > int(i * long_share)
         out.append(("long", rng.choice(long)) if is_long else ("kiosk", rng.choice(kiosk)))
     return out
+
+
+@contextmanager
+def busy_loops(n: int, nice: int = 0) -> Iterator[list[subprocess.Popen]]:
+    """``n`` processes that spin on a core each (at ``nice``) for as long as the block runs; killed on exit."""
+    code = f"import os\nos.nice({int(nice)})\nwhile True:\n    pass\n"
+    procs = [subprocess.Popen([sys.executable, "-c", code]) for _ in range(n)]
+    try:
+        yield procs
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
 
 
 def uncalled_cloud() -> dict:
@@ -167,13 +189,21 @@ def main(argv: list[str] | None = None) -> int:
                              "0: kiosk traffic alone)")
     parser.add_argument("--no-cloud", action="store_true",
                         help="an offline gateway: no cloud configured, so every long paste's tokens are counted")
+    parser.add_argument("--busy-cores", type=int, default=0, metavar="N",
+                        help="hold N cores with busy loops while measuring (a stand-in for a decode on them)")
+    parser.add_argument("--busy-nice", type=int, default=0, metavar="K", help="the busy loops' nice value")
     args = parser.parse_args(argv)
-    report = asyncio.run(measure(args.requests, tuple(args.dataset_dir), args.intent_model_dir, args.long_share,
-                                 cloud=not args.no_cloud))
+    if args.busy_cores < 0 or not 0 <= args.busy_nice <= 19:
+        parser.error("--busy-cores must be at least 0 and --busy-nice within 0-19")
+    with busy_loops(args.busy_cores, args.busy_nice):
+        report = asyncio.run(measure(args.requests, tuple(args.dataset_dir), args.intent_model_dir,
+                                     args.long_share, cloud=not args.no_cloud))
     report["machine"] = {"cpus": os.cpu_count()}
+    report["busy_loops"] = {"cores": args.busy_cores, "nice": args.busy_nice}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2))
-    print(f"{report['requests']} requests ({report['data']}; cloud: {report['cloud']}), routes {report['routes']}")
+    print(f"{report['requests']} requests ({report['data']}; cloud: {report['cloud']}), routes {report['routes']}"
+          + (f", {args.busy_cores} core(s) held by busy loops at nice {args.busy_nice}" if args.busy_cores else ""))
     for title, key in (("kiosk-length requests (fast path; target P99 <= 1 ms)", "kiosk"),
                        ("all requests (target P99 <= 5 ms)", "stages")):
         print(f" {title}:")

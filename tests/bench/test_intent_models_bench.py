@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -59,3 +61,32 @@ def test_route_overhead_measures_with_a_cloud_unless_told_otherwise(tmp_path: Pa
     assert json.loads(out.read_text())["cloud"] == "configured, never called"
     assert route_overhead(["--requests", "20", "--no-cloud", "--out", str(out)]) == 0
     assert json.loads(out.read_text())["cloud"] == "none"
+
+
+def test_route_overhead_can_hold_cores_busy_while_it_measures(tmp_path: Path) -> None:
+    """``--busy-cores`` runs busy loops (at ``--busy-nice``) only while it measures, and the report says so;
+    a negative count or a nice value out of range is refused."""
+    from bench.route_overhead import busy_loops
+    from bench.route_overhead import main as route_overhead
+
+    with busy_loops(2, nice=10) as procs:
+        assert len(procs) == 2 and all(p.poll() is None for p in procs)
+        assert [_settled_nice(p) for p in procs] == [10, 10]
+    assert all(p.poll() is not None for p in procs)
+    out = tmp_path / "route.json"
+    assert route_overhead(["--requests", "20", "--long-share", "0", "--busy-cores", "1", "--busy-nice", "5",
+                           "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["busy_loops"] == {"cores": 1, "nice": 5}
+    for bad in (["--busy-cores", "-1"], ["--busy-cores", "1", "--busy-nice", "20"]):
+        with pytest.raises(SystemExit):
+            route_overhead([*bad, "--out", str(out)])
+
+
+def _settled_nice(proc) -> int:
+    """The loop's nice value once it has lowered it (its first statement; the interpreter starts first)."""
+    for _ in range(100):
+        nice = os.getpriority(os.PRIO_PROCESS, proc.pid)
+        if nice:
+            return nice
+        time.sleep(0.02)
+    return 0
