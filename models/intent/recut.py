@@ -46,11 +46,11 @@ from models.intent.runtime import CARD_FILE, MODEL_FILE
 from models.intent.thresholds import logit, thresholds_on_split
 from models.intent.train import (
     TrainConfig,
-    _matrix,
-    _write_card,
+    feature_matrix,
     prepare_rows,
     threshold_split_metrics,
     thresholds_entry,
+    write_card,
 )
 
 # Reading the split again must give the card's cuts; the unshifted bias is rebuilt from a float32, so the
@@ -121,7 +121,7 @@ def recut(model_dir: str | Path, out_dir: str | Path, *, data: Sequence[str | Pa
             in_split.add(key)
             added.append(row)
     split = [*old_rows, *added]  # the model's own split first: its cuts are checked on p[:len(old_rows)]
-    x = _matrix([r.text for r in split], fc)
+    x = feature_matrix([r.text for r in split], fc)
     raw = net.shifted(-logit(cuts["decision_p_complex"]))  # the label cut taken back out of the bias
     p = raw.p_complex(x)
 
@@ -166,7 +166,7 @@ def recut(model_dir: str | Path, out_dir: str | Path, *, data: Sequence[str | Pa
         "left_out_already_in_split": n_dup,
         "note": "weights unchanged; only the output bias (the label cut) and the routing cut moved",
     }
-    _write_card(new_card, out)
+    write_card(new_card, out)
     log(f"threshold split: {new_card['metrics']['threshold_split']['routing']['all']}")
     log(f"wrote {out / MODEL_FILE} and {out / CARD_FILE} (version {version})")
     return new_card

@@ -114,7 +114,8 @@ _Model = _Linear | HiddenLayerModel
 
 
 # ---------------------------------------------------------------------------------------------- fitting
-def _matrix(texts: Sequence[str], fc: FeatureConfig) -> sparse.csr_matrix:
+def feature_matrix(texts: Sequence[str], fc: FeatureConfig) -> sparse.csr_matrix:
+    """The texts' hashed features as rows of one sparse matrix, featurised as the kiosk's runtime does."""
     indices, values, indptr = [], [], [0]
     for text in texts:
         idx, val = featurize(text, fc)
@@ -163,7 +164,7 @@ def _design(rows: Sequence[ds.Row], fc: FeatureConfig, tc: TrainConfig, phrases:
             w.append(base)
             owner.append(i)
     return _Design(
-        x=_matrix(texts, fc),
+        x=feature_matrix(texts, fc),
         y=np.asarray(y, dtype=np.int64),
         weight=np.asarray(w, dtype=np.float64),
         owner=np.asarray(owner, dtype=np.int64),
@@ -284,7 +285,8 @@ def _source_holdout(rows: list[ds.Row], train_idx: np.ndarray, design: _Design, 
     return dict(sorted(result.items()))
 
 
-def _write_card(card: dict, out: Path) -> None:
+def write_card(card: dict, out: Path) -> None:
+    """``card.json`` in ``out``, keys sorted, so that the same run writes the same bytes."""
     text = json.dumps(card, ensure_ascii=False, indent=2, sort_keys=True) + "\n"
     (out / CARD_FILE).write_text(text, encoding="utf-8")
 
@@ -418,7 +420,7 @@ def train_intent(
     fitted = _fit(design, train_idx, tc)
     held_p = np.zeros(0)
     if held_rows:
-        held_p = fitted.p_complex(_matrix([r.text for r in held_rows], fc))
+        held_p = fitted.p_complex(feature_matrix([r.text for r in held_rows], fc))
         th = thresholds_on_split([r.label for r in held_rows], held_p, tc,
                                   ", ".join(Path(f).name for f in held_files))
     else:
@@ -471,7 +473,7 @@ def train_intent(
         "metrics": {},
     }
     # Written now so the dev metrics below come from loading the files exactly as the kiosk will.
-    _write_card(card, out)
+    write_card(card, out)
 
     metrics: dict = {}
     if oof is not None:
@@ -496,6 +498,6 @@ def train_intent(
     if tc.source_holdout:
         metrics["source_holdout"] = _source_holdout(rows, train_idx, design, tc, log)
     card["metrics"] = metrics
-    _write_card(card, out)
+    write_card(card, out)
     log(f"wrote {out / MODEL_FILE} ({(out / MODEL_FILE).stat().st_size} bytes) and {out / CARD_FILE}")
     return card
