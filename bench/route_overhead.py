@@ -28,10 +28,16 @@ nice K): a stand-in for llama.cpp decoding another kiosk's answer on every core,
 during a decode competes with. On the 2-vCPU development VM both cores held put the kiosk P99 at 4.5-4.8 ms, the
 same loops at nice 10 at 0.55-0.76 ms (docs/intent.md, *Latency*).
 
+``--decode`` is the real thing instead: the gateway's own edge model (the embedded model unless configured)
+answers one stream after another on every core, in the same process, while the requests are decided, and the
+report gives the decode's tokens per second beside the decision's times. ``--compute-nice K`` sets ``[edge]
+compute_nice``, the nice value the llama.cpp threads add to the process's (``edge/thread_priority.py``; default:
+the shipped setting), and the report lists the nice value of every thread of the process.
+
 Prints P50/P99 per stage and kind and writes ``bench/results/route_overhead.json``.
 
     .venv/bin/python -m bench.route_overhead [--requests 3000] [--long-share 0.5] [--no-cloud]
-        [--busy-cores N [--busy-nice K]]
+        [--busy-cores N [--busy-nice K]] [--decode [--compute-nice K]]
 """
 
 from __future__ import annotations
@@ -116,13 +122,90 @@ def uncalled_cloud() -> dict:
     return {"providers": [{"name": "bench", "base_url": refused_base_url()}], "warmup": False, "keep_warm": False}
 
 
+def thread_nices() -> dict[str, int]:
+    """How many of this process's threads run at each nice value (Linux; empty elsewhere)."""
+    from edge.thread_priority import thread_nice
+
+    counts: dict[str, int] = {}
+    task_dir = Path("/proc/self/task")
+    if not task_dir.is_dir():
+        return counts
+    for entry in task_dir.iterdir():
+        value = thread_nice(int(entry.name))
+        if value is not None:
+            counts[str(value)] = counts.get(str(value), 0) + 1
+    return counts
+
+
+# With --decode, the time between two requests. Back to back, the decisions' Python would hold the GIL that the
+# decode's Python between two llama.cpp calls needs, and the decode would all but stop.
+DECODE_GAP_S = 0.002
+
+
+class Decoder:
+    """Streams one answer after another from the gateway's edge model until stopped.
+
+    The answers are long (a story, ``max_tokens`` 256), so a decode is under way for all but a prefill's
+    share of the time. Its speed is the batch runner's steps per second over the measured window: with one
+    stream each step decodes one token (a prompt's prefill, one step in a few hundred, counts as one too)."""
+
+    def __init__(self, services, settings) -> None:
+        self.services, self.settings = services, settings
+        self.answers = 0
+        self.steps = 0
+        self.seconds = 0.0
+        self._start: tuple[float, int] = (0.0, 0)
+        self._task: asyncio.Task | None = None
+
+    async def _loop(self) -> None:
+        from edge.schemas import parse_chat_request
+
+        i = 0
+        while True:
+            i += 1
+            req = parse_chat_request({"model": "edgecloud-edge", "max_tokens": 256, "temperature": 0.8, "messages": [
+                {"role": "user", "content": f"Tell me a long story about a lighthouse keeper, part {i}."}]},
+                self.settings, {})
+            async for _event in self.services.edge.generate(req):
+                pass
+            self.answers += 1
+
+    async def start(self) -> None:
+        """Start decoding; return once the first answer is past its prefill and decoding."""
+        self._task = asyncio.create_task(self._loop())
+        steps0 = self.services.edge.batch_counts()[0]
+        while self.services.edge.batch_counts()[0] < steps0 + 5:
+            await asyncio.sleep(0.02)
+            if self._task.done():
+                self._task.result()
+        self._start = (time.perf_counter(), self.services.edge.batch_counts()[0])
+
+    async def stop(self) -> None:
+        t0, steps0 = self._start
+        self.seconds = time.perf_counter() - t0
+        self.steps = self.services.edge.batch_counts()[0] - steps0
+        assert self._task is not None
+        self._task.cancel()
+        try:
+            await self._task
+        except asyncio.CancelledError:
+            pass
+
+    def report(self) -> dict:
+        return {"answers_finished": self.answers, "steps": self.steps, "seconds": round(self.seconds, 3),
+                "tokens_per_s": round(self.steps / self.seconds, 2) if self.seconds else None}
+
+
 async def measure(n: int, extra_dirs: tuple[Path, ...] = (), intent_model_dir: Path | None = None,
-                  long_share: float = 0.5, cloud: bool = True) -> dict:
+                  long_share: float = 0.5, cloud: bool = True, decode: bool = False,
+                  compute_nice: int | None = None) -> dict:
     from edge.assembly import build_services
     from edge.config import Settings
 
     with tempfile.TemporaryDirectory() as tmp:
         config: dict = {"server": {"data_dir": tmp}, "metrics": {"enabled": False}}
+        if compute_nice is not None:
+            config["edge"] = {"compute_nice": compute_nice}
         if cloud:
             config["cloud"] = uncalled_cloud()
         if intent_model_dir is not None:  # another classifier (e.g. the model before), all else as shipped
@@ -140,6 +223,9 @@ async def measure(n: int, extra_dirs: tuple[Path, ...] = (), intent_model_dir: P
         stages: dict[str, list[float]] = {"parse": [], "cache": [], "decide": [], "total": []}
         kinds: list[str] = []
         routes: dict[str, int] = {}
+        decoder = Decoder(services, settings) if decode else None
+        if decoder is not None:
+            await decoder.start()
         for i, (kind, text) in enumerate(texts):
             kinds.append(kind)
             body = {"model": "edgecloud-auto", "messages": [
@@ -157,6 +243,11 @@ async def measure(n: int, extra_dirs: tuple[Path, ...] = (), intent_model_dir: P
             for name, value in (("parse", t1 - t0), ("cache", t2 - t1), ("decide", t3 - t2), ("total", t3 - t0)):
                 stages[name].append(value * 1000.0)
             routes[decision.route] = routes.get(decision.route, 0) + 1
+            if decoder is not None:  # requests arrive apart, as a kiosk's do; the decode runs in between
+                await asyncio.sleep(DECODE_GAP_S)
+        nices = thread_nices()
+        if decoder is not None:
+            await decoder.stop()
         await services.aclose()
     def summary(select: str | None) -> dict:
         out = {}
@@ -173,7 +264,8 @@ async def measure(n: int, extra_dirs: tuple[Path, ...] = (), intent_model_dir: P
             "targets": {"kiosk_total_p99_ms": 1.0, "all_total_p99_ms": 5.0},
             "classifier": type(services.classifier).__name__ if services.classifier else None,
             "intent_model": services.classifier.version if services.classifier else None,
-            "data": data}
+            "data": data, "decode": decoder.report() if decoder is not None else None,
+            "compute_nice": settings.edge.compute_nice, "thread_nices": nices}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -192,18 +284,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--busy-cores", type=int, default=0, metavar="N",
                         help="hold N cores with busy loops while measuring (a stand-in for a decode on them)")
     parser.add_argument("--busy-nice", type=int, default=0, metavar="K", help="the busy loops' nice value")
+    parser.add_argument("--decode", action="store_true",
+                        help="the gateway's edge model decodes one answer after another while measuring")
+    parser.add_argument("--compute-nice", type=int, default=None, metavar="K",
+                        help="[edge] compute_nice, the llama.cpp threads' added nice value (default: as shipped)")
     args = parser.parse_args(argv)
     if args.busy_cores < 0 or not 0 <= args.busy_nice <= 19:
         parser.error("--busy-cores must be at least 0 and --busy-nice within 0-19")
+    if args.compute_nice is not None and not 0 <= args.compute_nice <= 19:
+        parser.error("--compute-nice must be within 0-19")
     with busy_loops(args.busy_cores, args.busy_nice):
         report = asyncio.run(measure(args.requests, tuple(args.dataset_dir), args.intent_model_dir,
-                                     args.long_share, cloud=not args.no_cloud))
+                                     args.long_share, cloud=not args.no_cloud, decode=args.decode,
+                                     compute_nice=args.compute_nice))
     report["machine"] = {"cpus": os.cpu_count()}
     report["busy_loops"] = {"cores": args.busy_cores, "nice": args.busy_nice}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2))
     print(f"{report['requests']} requests ({report['data']}; cloud: {report['cloud']}), routes {report['routes']}"
           + (f", {args.busy_cores} core(s) held by busy loops at nice {args.busy_nice}" if args.busy_cores else ""))
+    if report["decode"] is not None:
+        d = report["decode"]
+        print(f" while the edge model decoded (compute_nice {report['compute_nice']}): {d['steps']} tokens in "
+              f"{d['seconds']:.1f} s, {d['tokens_per_s']} tok/s; threads by nice value {report['thread_nices']}")
     for title, key in (("kiosk-length requests (fast path; target P99 <= 1 ms)", "kiosk"),
                        ("all requests (target P99 <= 5 ms)", "stages")):
         print(f" {title}:")
