@@ -5,9 +5,6 @@ threads per thread that ever ran a parallel region; a second team makes libgomp 
 barrier instead of spinning (about half the decode speed, ``edge/local_model.py`` has the figures).
 So loading's warm-up, prefill, decode and the batched runner's steps all run here: queued calls
 first (``call``), then one step of every attached ``BatchEngine`` with work, then sleep until woken.
-
-The thread lowers its own CPU priority by ``nice`` before its first call (``edge/thread_priority.py``), so the
-OpenMP team it starts inherits it and the event loop, which decides each request's route, preempts the decode.
 """
 
 from __future__ import annotations
@@ -20,7 +17,6 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 from .errors import APIError
-from .thread_priority import lower_current_thread
 
 if TYPE_CHECKING:
     from .batch_runner import BatchEngine
@@ -31,10 +27,8 @@ log = logging.getLogger("edgecloud.edge")
 class ComputeThread:
     """The one thread that runs every llama.cpp computation: queued calls first, then batch steps."""
 
-    def __init__(self, name: str = "llama-gen", nice: int = 0) -> None:
+    def __init__(self, name: str = "llama-gen") -> None:
         self.name = name
-        self.nice = nice  # added to the thread's nice value when it starts; 0 leaves it as it is
-        self.nice_value: int | None = None  # the value it runs at where lowering took effect
         self._calls: collections.deque[tuple[Callable[..., Any], tuple[Any, ...], Future[Any]]] = collections.deque()
         self._engines: list[BatchEngine] = []
         self._wake = threading.Event()
@@ -74,7 +68,6 @@ class ComputeThread:
                 self._thread.start()
 
     def _run(self) -> None:
-        self.nice_value = lower_current_thread(self.nice)
         while not self._closed:
             self._wake.clear()
             ran = False

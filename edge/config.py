@@ -65,11 +65,6 @@ class EdgeModelConfig(BaseModel):
     n_ctx: int = 2048
     n_threads: int | None = None  # None: every core (see edge/local_model.py for why)
     n_threads_batch: int | None = None
-    # Added to the nice value of the thread that runs llama.cpp (and so of its OpenMP team), Linux only: the
-    # event loop, which decides each request's route, then preempts a decode on every core. Both cores busy
-    # at nice 0 put the decision's P99 at 4.5-4.8 ms on a 2-vCPU machine (edge/thread_priority.py); 0 keeps
-    # the process's value.
-    compute_nice: int = Field(default=10, ge=0, le=19)
     n_batch: int = 512
     n_ubatch: int = 512
     n_gpu_layers: int = 0  # -1 = every layer (the Jetson default)

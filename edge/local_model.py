@@ -97,7 +97,7 @@ class LocalModel:
         self.model: LoadedModel | None = None
         self.load_error: str | None = None
         self.loading = False
-        self._compute = ComputeThread("llama-gen", nice=config.compute_nice)
+        self._compute = ComputeThread("llama-gen")
         self._stats = Stats()  # shared by every model this runner loads, so the counters survive a swap
         self._lock: asyncio.Lock | None = None
         self._waiting = 0
