@@ -58,8 +58,21 @@ class ComputeThread:
         self._wake.set()
 
     def close(self) -> None:
+        """Stop after the step under way; queued calls fail and attached engines fail their requests."""
         self._closed = True
         self._wake.set()
+
+    def join(self, timeout: float) -> bool:
+        """Wait for the thread to end after ``close``; True once it has (or never started).
+
+        The thread is a daemon, so an interpreter that exits while it is inside llama.cpp does not wait for
+        it, and tearing llama.cpp down under a running graph crashes the process (a segfault at exit, seen
+        when a step took longer than the shutdown). Closing the model waits here first."""
+        thread = self._thread
+        if thread is None:
+            return True
+        thread.join(timeout)
+        return not thread.is_alive()
 
     def _start(self) -> None:
         with self._lock:

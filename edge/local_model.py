@@ -60,6 +60,9 @@ from .types import ChatRequest, Finish, TextDelta
 
 log = logging.getLogger("edgecloud.edge")
 
+# How long shutdown waits for the step under way: a prefill chunk of a 7B model on a Jetson's CPU takes
+# seconds at most; systemd's stop timeout (90 s by default) stays well above it.
+_CLOSE_WAIT_S = 30.0
 _TOKEN_COUNT_MEMO = 512  # distinct message texts whose token counts a loaded model keeps
 
 
@@ -182,7 +185,10 @@ class LocalModel:
             self._compute.wake()
 
     async def aclose(self) -> None:
+        """Stop the compute thread and wait for the step under way (bounded), then drop the model."""
         self._compute.close()
+        if not await asyncio.to_thread(self._compute.join, _CLOSE_WAIT_S):
+            log.warning("the edge model's compute thread was still in a step %.0f s after shutdown", _CLOSE_WAIT_S)
         self.model = None
 
     # ----- state for the router ---------------------------------------------------------------
