@@ -30,14 +30,14 @@ same loops at nice 10 at 0.55-0.76 ms (docs/intent.md, *Latency*).
 
 ``--decode`` is the real thing instead: the gateway's own edge model (the embedded model unless configured)
 answers one stream after another on every core, in the same process, while the requests are decided, and the
-report gives the decode's tokens per second beside the decision's times. ``--compute-nice K`` sets ``[edge]
-compute_nice``, the nice value the llama.cpp threads add to the process's (``edge/thread_priority.py``; default:
-the shipped setting), and the report lists the nice value of every thread of the process.
+report gives the decode's tokens per second beside the decision's times. On the 2-vCPU development VM the
+kiosk P99 was 0.77-1.10 ms beside a real decode (idle 0.37-0.44 ms): busy loops overstate what a decode costs the
+decision (docs/intent.md, *Latency*).
 
 Prints P50/P99 per stage and kind and writes ``bench/results/route_overhead.json``.
 
     .venv/bin/python -m bench.route_overhead [--requests 3000] [--long-share 0.5] [--no-cloud]
-        [--busy-cores N [--busy-nice K]] [--decode [--compute-nice K]]
+        [--busy-cores N [--busy-nice K]] [--decode]
 """
 
 from __future__ import annotations
@@ -122,21 +122,6 @@ def uncalled_cloud() -> dict:
     return {"providers": [{"name": "bench", "base_url": refused_base_url()}], "warmup": False, "keep_warm": False}
 
 
-def thread_nices() -> dict[str, int]:
-    """How many of this process's threads run at each nice value (Linux; empty elsewhere)."""
-    from edge.thread_priority import thread_nice
-
-    counts: dict[str, int] = {}
-    task_dir = Path("/proc/self/task")
-    if not task_dir.is_dir():
-        return counts
-    for entry in task_dir.iterdir():
-        value = thread_nice(int(entry.name))
-        if value is not None:
-            counts[str(value)] = counts.get(str(value), 0) + 1
-    return counts
-
-
 # With --decode, the time between two requests. Back to back, the decisions' Python would hold the GIL that the
 # decode's Python between two llama.cpp calls needs, and the decode would all but stop.
 DECODE_GAP_S = 0.002
@@ -197,15 +182,12 @@ class Decoder:
 
 
 async def measure(n: int, extra_dirs: tuple[Path, ...] = (), intent_model_dir: Path | None = None,
-                  long_share: float = 0.5, cloud: bool = True, decode: bool = False,
-                  compute_nice: int | None = None) -> dict:
+                  long_share: float = 0.5, cloud: bool = True, decode: bool = False) -> dict:
     from edge.assembly import build_services
     from edge.config import Settings
 
     with tempfile.TemporaryDirectory() as tmp:
         config: dict = {"server": {"data_dir": tmp}, "metrics": {"enabled": False}}
-        if compute_nice is not None:
-            config["edge"] = {"compute_nice": compute_nice}
         if cloud:
             config["cloud"] = uncalled_cloud()
         if intent_model_dir is not None:  # another classifier (e.g. the model before), all else as shipped
@@ -245,7 +227,6 @@ async def measure(n: int, extra_dirs: tuple[Path, ...] = (), intent_model_dir: P
             routes[decision.route] = routes.get(decision.route, 0) + 1
             if decoder is not None:  # requests arrive apart, as a kiosk's do; the decode runs in between
                 await asyncio.sleep(DECODE_GAP_S)
-        nices = thread_nices()
         if decoder is not None:
             await decoder.stop()
         await services.aclose()
@@ -264,8 +245,7 @@ async def measure(n: int, extra_dirs: tuple[Path, ...] = (), intent_model_dir: P
             "targets": {"kiosk_total_p99_ms": 1.0, "all_total_p99_ms": 5.0},
             "classifier": type(services.classifier).__name__ if services.classifier else None,
             "intent_model": services.classifier.version if services.classifier else None,
-            "data": data, "decode": decoder.report() if decoder is not None else None,
-            "compute_nice": settings.edge.compute_nice, "thread_nices": nices}
+            "data": data, "decode": decoder.report() if decoder is not None else None}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -286,17 +266,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--busy-nice", type=int, default=0, metavar="K", help="the busy loops' nice value")
     parser.add_argument("--decode", action="store_true",
                         help="the gateway's edge model decodes one answer after another while measuring")
-    parser.add_argument("--compute-nice", type=int, default=None, metavar="K",
-                        help="[edge] compute_nice, the llama.cpp threads' added nice value (default: as shipped)")
     args = parser.parse_args(argv)
     if args.busy_cores < 0 or not 0 <= args.busy_nice <= 19:
         parser.error("--busy-cores must be at least 0 and --busy-nice within 0-19")
-    if args.compute_nice is not None and not 0 <= args.compute_nice <= 19:
-        parser.error("--compute-nice must be within 0-19")
     with busy_loops(args.busy_cores, args.busy_nice):
         report = asyncio.run(measure(args.requests, tuple(args.dataset_dir), args.intent_model_dir,
-                                     args.long_share, cloud=not args.no_cloud, decode=args.decode,
-                                     compute_nice=args.compute_nice))
+                                     args.long_share, cloud=not args.no_cloud, decode=args.decode))
     report["machine"] = {"cpus": os.cpu_count()}
     report["busy_loops"] = {"cores": args.busy_cores, "nice": args.busy_nice}
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -305,8 +280,7 @@ def main(argv: list[str] | None = None) -> int:
           + (f", {args.busy_cores} core(s) held by busy loops at nice {args.busy_nice}" if args.busy_cores else ""))
     if report["decode"] is not None:
         d = report["decode"]
-        print(f" while the edge model decoded (compute_nice {report['compute_nice']}): {d['steps']} tokens in "
-              f"{d['seconds']:.1f} s, {d['tokens_per_s']} tok/s; threads by nice value {report['thread_nices']}")
+        print(f" while the edge model decoded: {d['steps']} tokens in {d['seconds']:.1f} s, {d['tokens_per_s']} tok/s")
     for title, key in (("kiosk-length requests (fast path; target P99 <= 1 ms)", "kiosk"),
                        ("all requests (target P99 <= 5 ms)", "stages")):
         print(f" {title}:")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -84,21 +83,17 @@ def test_route_overhead_can_hold_cores_busy_while_it_measures(tmp_path: Path) ->
 
 
 def test_route_overhead_can_decide_while_the_edge_model_decodes(tmp_path: Path) -> None:
-    """``--decode`` keeps the gateway's own edge model answering while it measures and reports the decode's
-    speed and the threads' nice values (the llama.cpp ones at ``--compute-nice``); out of range is refused."""
+    """``--decode`` keeps the gateway's own edge model answering while it measures, and reports the decode's
+    speed beside the decisions; the decode stops with the measurement and the process exits cleanly."""
     from bench.route_overhead import main as route_overhead
 
     out = tmp_path / "route.json"
-    assert route_overhead(["--requests", "30", "--long-share", "0", "--decode", "--compute-nice", "3",
-                           "--out", str(out)]) == 0
+    assert route_overhead(["--requests", "30", "--long-share", "0", "--decode", "--out", str(out)]) == 0
     report = json.loads(out.read_text())
-    assert report["compute_nice"] == 3 and report["kiosk"]["total"]["n"] == 30
+    assert report["kiosk"]["total"]["n"] == 30
     assert report["decode"]["steps"] > 0 and report["decode"]["tokens_per_s"] > 0
-    base = os.getpriority(os.PRIO_PROCESS, 0)
-    if sys.platform.startswith("linux"):
-        assert report["thread_nices"].get(str(min(19, base + 3)), 0) >= 1  # the compute thread at least
-    with pytest.raises(SystemExit):
-        route_overhead(["--decode", "--compute-nice", "20", "--out", str(out)])
+    assert route_overhead(["--requests", "10", "--long-share", "0", "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["decode"] is None
 
 
 def _settled_nice(proc) -> int:
