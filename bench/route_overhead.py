@@ -32,12 +32,13 @@ same loops at nice 10 at 0.55-0.76 ms (docs/intent.md, *Latency*).
 answers one stream after another on every core, in the same process, while the requests are decided, and the
 report gives the decode's tokens per second beside the decision's times. On the 2-vCPU development VM the
 kiosk P99 was 0.77-1.10 ms beside a real decode (idle 0.37-0.44 ms): busy loops overstate what a decode costs the
-decision (docs/intent.md, *Latency*).
+decision (docs/intent.md, *Latency*). ``--edge-threads N`` sets ``[edge] n_threads`` (and ``n_threads_batch``),
+to see what leaving a core to the event loop buys the decision and costs the decode.
 
 Prints P50/P99 per stage and kind and writes ``bench/results/route_overhead.json``.
 
     .venv/bin/python -m bench.route_overhead [--requests 3000] [--long-share 0.5] [--no-cloud]
-        [--busy-cores N [--busy-nice K]] [--decode]
+        [--busy-cores N [--busy-nice K]] [--decode [--edge-threads N]]
 """
 
 from __future__ import annotations
@@ -182,12 +183,15 @@ class Decoder:
 
 
 async def measure(n: int, extra_dirs: tuple[Path, ...] = (), intent_model_dir: Path | None = None,
-                  long_share: float = 0.5, cloud: bool = True, decode: bool = False) -> dict:
+                  long_share: float = 0.5, cloud: bool = True, decode: bool = False,
+                  edge_threads: int | None = None) -> dict:
     from edge.assembly import build_services
     from edge.config import Settings
 
     with tempfile.TemporaryDirectory() as tmp:
         config: dict = {"server": {"data_dir": tmp}, "metrics": {"enabled": False}}
+        if edge_threads is not None:
+            config["edge"] = {"n_threads": edge_threads, "n_threads_batch": edge_threads}
         if cloud:
             config["cloud"] = uncalled_cloud()
         if intent_model_dir is not None:  # another classifier (e.g. the model before), all else as shipped
@@ -245,7 +249,8 @@ async def measure(n: int, extra_dirs: tuple[Path, ...] = (), intent_model_dir: P
             "targets": {"kiosk_total_p99_ms": 1.0, "all_total_p99_ms": 5.0},
             "classifier": type(services.classifier).__name__ if services.classifier else None,
             "intent_model": services.classifier.version if services.classifier else None,
-            "data": data, "decode": decoder.report() if decoder is not None else None}
+            "data": data, "decode": decoder.report() if decoder is not None else None,
+            "edge_threads": settings.edge.n_threads}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -266,12 +271,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--busy-nice", type=int, default=0, metavar="K", help="the busy loops' nice value")
     parser.add_argument("--decode", action="store_true",
                         help="the gateway's edge model decodes one answer after another while measuring")
+    parser.add_argument("--edge-threads", type=int, default=None, metavar="N",
+                        help="[edge] n_threads for the edge model (default: as shipped, every core)")
     args = parser.parse_args(argv)
+    if args.edge_threads is not None and args.edge_threads < 1:
+        parser.error("--edge-threads must be at least 1")
     if args.busy_cores < 0 or not 0 <= args.busy_nice <= 19:
         parser.error("--busy-cores must be at least 0 and --busy-nice within 0-19")
     with busy_loops(args.busy_cores, args.busy_nice):
         report = asyncio.run(measure(args.requests, tuple(args.dataset_dir), args.intent_model_dir,
-                                     args.long_share, cloud=not args.no_cloud, decode=args.decode))
+                                     args.long_share, cloud=not args.no_cloud, decode=args.decode,
+                                     edge_threads=args.edge_threads))
     report["machine"] = {"cpus": os.cpu_count()}
     report["busy_loops"] = {"cores": args.busy_cores, "nice": args.busy_nice}
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -280,7 +290,9 @@ def main(argv: list[str] | None = None) -> int:
           + (f", {args.busy_cores} core(s) held by busy loops at nice {args.busy_nice}" if args.busy_cores else ""))
     if report["decode"] is not None:
         d = report["decode"]
-        print(f" while the edge model decoded: {d['steps']} tokens in {d['seconds']:.1f} s, {d['tokens_per_s']} tok/s")
+        threads = report["edge_threads"] or "every core"
+        print(f" while the edge model decoded ({threads} threads): {d['steps']} tokens in {d['seconds']:.1f} s, "
+              f"{d['tokens_per_s']} tok/s")
     for title, key in (("kiosk-length requests (fast path; target P99 <= 1 ms)", "kiosk"),
                        ("all requests (target P99 <= 5 ms)", "stages")):
         print(f" {title}:")

@@ -84,16 +84,20 @@ def test_route_overhead_can_hold_cores_busy_while_it_measures(tmp_path: Path) ->
 
 def test_route_overhead_can_decide_while_the_edge_model_decodes(tmp_path: Path) -> None:
     """``--decode`` keeps the gateway's own edge model answering while it measures, and reports the decode's
-    speed beside the decisions; the decode stops with the measurement and the process exits cleanly."""
+    speed beside the decisions, with the edge model's thread count from ``--edge-threads``."""
     from bench.route_overhead import main as route_overhead
 
     out = tmp_path / "route.json"
-    assert route_overhead(["--requests", "30", "--long-share", "0", "--decode", "--out", str(out)]) == 0
+    assert route_overhead(["--requests", "30", "--long-share", "0", "--decode", "--edge-threads", "1",
+                           "--out", str(out)]) == 0
     report = json.loads(out.read_text())
-    assert report["kiosk"]["total"]["n"] == 30
+    assert report["kiosk"]["total"]["n"] == 30 and report["edge_threads"] == 1
     assert report["decode"]["steps"] > 0 and report["decode"]["tokens_per_s"] > 0
     assert route_overhead(["--requests", "10", "--long-share", "0", "--out", str(out)]) == 0
-    assert json.loads(out.read_text())["decode"] is None
+    report = json.loads(out.read_text())
+    assert report["decode"] is None and report["edge_threads"] is None
+    with pytest.raises(SystemExit):
+        route_overhead(["--decode", "--edge-threads", "0", "--out", str(out)])
 
 
 def _settled_nice(proc) -> int:
