@@ -31,9 +31,10 @@ same loops at nice 10 at 0.55-0.76 ms (docs/intent.md, *Latency*).
 ``--decode`` is the real thing instead: the gateway's own edge model (the embedded model unless configured)
 answers one stream after another on every core, in the same process, while the requests are decided, and the
 report gives the decode's tokens per second beside the decision's times. On the 2-vCPU development VM the
-kiosk P99 was 0.77-1.10 ms beside a real decode (idle 0.37-0.44 ms): busy loops overstate what a decode costs the
+kiosk P99 was 0.74-0.96 ms beside a real decode (idle 0.42 ms): busy loops overstate what a decode costs the
 decision (docs/intent.md, *Latency*). ``--edge-threads N`` sets ``[edge] n_threads`` (and ``n_threads_batch``),
-to see what leaving a core to the event loop buys the decision and costs the decode.
+to see what leaving a core to the event loop buys the decision and costs the decode (there: one thread, P99
+0.51-0.61 ms and 85-87 tok/s, against 0.66-0.90 ms and 92-116 tok/s on both cores).
 
 Prints P50/P99 per stage and kind and writes ``bench/results/route_overhead.json``.
 
