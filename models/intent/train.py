@@ -431,7 +431,9 @@ def train_intent(
 
     fitted = fitted.shifted(logit(th.decision_p_complex))
     data_digest = ds.digest(train)
-    version = f"{MODEL_VERSION_MAJOR}.{fc.version}.{data_digest[:12]}"
+    # The training rows name the weights; the cut is named too, because the same rows with another split or
+    # split recall give the same weights and another routing (as recut's versions do: ``models/intent/recut.py``).
+    version = f"{MODEL_VERSION_MAJOR}.{fc.version}.{data_digest[:12]}-cut{round(th.routing_cut_p_complex * 1e4):04d}"
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -116,7 +116,14 @@ def test_split_recall_is_the_cuts_recall_on_the_split(sample: Path, tmp_path: Pa
     assert "at least the routing constraint 0.99" in capsys.readouterr().err
     assert _run([*base, "--out", str(tmp_path / "exact"), "--split-recall", "0.99"]) == 0
     assert _run([*base, "--out", str(tmp_path / "margin")]) == 0
-    exact, margin = (json.loads((tmp_path / d / "card.json").read_text())["thresholds"] for d in ("exact", "margin"))
+    cards = [json.loads((tmp_path / d / "card.json").read_text()) for d in ("exact", "margin")]
+    exact, margin = (card["thresholds"] for card in cards)
+    # the same rows give the same weights; the versions still differ when the cuts do
+    for card in cards:
+        assert card["version"].endswith(f"-cut{round(card['thresholds']['routing_cut_p_complex'] * 1e4):04d}")
+    if exact["routing_cut_p_complex"] != margin["routing_cut_p_complex"]:
+        assert cards[0]["version"] != cards[1]["version"]
+    assert cards[0]["version"].split("-cut")[0] == cards[1]["version"].split("-cut")[0]
     assert exact["split_recall"] == 0.99 and "held at exactly that" in exact["objective"]
     assert margin["split_recall"] == 0.995 and "for a margin" in margin["objective"]
     assert exact["routing_cut_p_complex"] >= margin["routing_cut_p_complex"]
