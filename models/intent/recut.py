@@ -46,6 +46,7 @@ from models.intent.runtime import CARD_FILE, MODEL_FILE
 from models.intent.thresholds import logit, thresholds_on_split
 from models.intent.train import (
     TrainConfig,
+    cut_version,
     feature_matrix,
     prepare_rows,
     threshold_split_metrics,
@@ -140,7 +141,7 @@ def recut(model_dir: str | Path, out_dir: str | Path, *, data: Sequence[str | Pa
         f"(was {cuts['routing_cut_p_complex']}), label cut {new.decision_p_complex}, simple confidence >= "
         f"{new.simple_min_confidence}")
 
-    version = f"{card['version'].split('-cut')[0]}-cut{round(new.routing_cut_p_complex * 1e4):04d}"
+    version = cut_version(card["version"], new.routing_cut_p_complex)
     out.mkdir(parents=True, exist_ok=True)
     raw.shifted(logit(new.decision_p_complex)).export(out / MODEL_FILE, version)
     p_check = _network(out / MODEL_FILE).shifted(-logit(new.decision_p_complex)).p_complex(x)

@@ -285,6 +285,13 @@ def _source_holdout(rows: list[ds.Row], train_idx: np.ndarray, design: _Design, 
     return dict(sorted(result.items()))
 
 
+def cut_version(base: str, routing_cut_p_complex: float) -> str:
+    """A model's version: ``base`` (the training rows, which name the weights) with its routing cut in
+    ten-thousandths, since the same rows with another split or split recall give the same weights and another
+    routing. A base that already names a cut (a recut model's) has it replaced."""
+    return f"{base.split('-cut')[0]}-cut{round(routing_cut_p_complex * 1e4):04d}"
+
+
 def write_card(card: dict, out: Path) -> None:
     """``card.json`` in ``out``, keys sorted, so that the same run writes the same bytes."""
     text = json.dumps(card, ensure_ascii=False, indent=2, sort_keys=True) + "\n"
@@ -431,9 +438,7 @@ def train_intent(
 
     fitted = fitted.shifted(logit(th.decision_p_complex))
     data_digest = ds.digest(train)
-    # The training rows name the weights; the cut is named too, because the same rows with another split or
-    # split recall give the same weights and another routing (as recut's versions do: ``models/intent/recut.py``).
-    version = f"{MODEL_VERSION_MAJOR}.{fc.version}.{data_digest[:12]}-cut{round(th.routing_cut_p_complex * 1e4):04d}"
+    version = cut_version(f"{MODEL_VERSION_MAJOR}.{fc.version}.{data_digest[:12]}", th.routing_cut_p_complex)
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -63,8 +63,8 @@ def test_closing_waits_for_the_step_under_way(monkeypatch: pytest.MonkeyPatch) -
     """``aclose`` returns only once the compute thread has ended, even in the middle of a slow step.
 
     The thread is a daemon: an interpreter that exited while it was inside a step tore llama.cpp down under
-    the running graph, and the process died with a segfault at exit (``bench.route_overhead --decode`` with
-    the decode's threads starved of a core, two runs of two)."""
+    the running graph, and the process died with a segfault at exit (``bench.route_overhead --decode
+    --busy-cores 1`` with the compute thread at nice 10, two runs of two). Here a slowed step stands in."""
     original_decode = llama_runtime.Batch.decode
     in_step = threading.Event()
 

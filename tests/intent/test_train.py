@@ -121,8 +121,8 @@ def test_split_recall_is_the_cuts_recall_on_the_split(sample: Path, tmp_path: Pa
     # the same rows give the same weights; the versions still differ when the cuts do
     for card in cards:
         assert card["version"].endswith(f"-cut{round(card['thresholds']['routing_cut_p_complex'] * 1e4):04d}")
-    if exact["routing_cut_p_complex"] != margin["routing_cut_p_complex"]:
-        assert cards[0]["version"] != cards[1]["version"]
+    assert (cards[0]["version"] != cards[1]["version"]) == (
+        exact["routing_cut_p_complex"] != margin["routing_cut_p_complex"])
     assert cards[0]["version"].split("-cut")[0] == cards[1]["version"].split("-cut")[0]
     assert exact["split_recall"] == 0.99 and "held at exactly that" in exact["objective"]
     assert margin["split_recall"] == 0.995 and "for a margin" in margin["objective"]
