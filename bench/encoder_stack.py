@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
 
     prepared = prepare_rows(TRAIN_PATHS, THRESHOLD_PATHS, EXCLUDE_PATHS)
     cache = EmbeddingCache(args.cache)
-    shipped = IntentClassifier.load()
+    shipped = IntentClassifier.load(encoder=False)  # the n-gram model alone: the stack is built here
     shipped_cut = 1.0 - shipped.confidence_threshold
 
     def shipped_p(texts: list[str]) -> np.ndarray:

@@ -11,6 +11,7 @@ any of those parts starts the cache afresh.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,9 +39,10 @@ def answer_fingerprint(edge: LocalModel, settings: Settings, classifier: Any | N
 class IntentSlot:
     """The intent classifier in service (None until one loads) and the last load's error."""
 
-    def __init__(self, router: Router, default_dir: Path | None) -> None:
+    def __init__(self, router: Router, default_dir: Path | None, encoder: bool = True) -> None:
         self._router = router
         self._default_dir = default_dir  # the settings' directory, else the installed bundle's
+        self._encoder = encoder  # [router] intent_encoder
         self.classifier: Any | None = None
         self.error: str | None = None
 
@@ -51,7 +53,8 @@ class IntentSlot:
         try:
             from models.intent.runtime import IntentClassifier
 
-            classifier = await asyncio.get_running_loop().run_in_executor(None, IntentClassifier.load, model_dir)
+            classifier = await asyncio.get_running_loop().run_in_executor(
+                None, functools.partial(IntentClassifier.load, model_dir, encoder=self._encoder))
         except Exception as exc:
             self.error = f"{type(exc).__name__}: {exc}"
             log.error("intent classifier not loaded: %s", self.error)
@@ -61,8 +64,8 @@ class IntentSlot:
         from models.intent.features import implementation
 
         # Without the C module (no compiler at install) the decisions are the same, only slower: say which.
-        log.info("intent classifier %s loaded (%s; text features in %s)", classifier.version, classifier.provider,
-                 implementation())
+        log.info("intent classifier %s loaded (%s; text features in %s; encoder stage %s)", classifier.version,
+                 classifier.provider, implementation(), "on" if classifier.encoder is not None else "off")
 
 
 class BundleActivator:

@@ -48,7 +48,8 @@ def build_services(settings: Settings) -> Services:
     cloud = _cloud(settings, obs)
     knowledge = _knowledge(settings, cache, obs)
     router = Router(settings.router)
-    intent = IntentSlot(router, settings.router.intent_model_dir or _bundle_intent_dir(store))
+    intent = IntentSlot(router, settings.router.intent_model_dir or _bundle_intent_dir(store),
+                        encoder=settings.router.intent_encoder)
     pipeline = Pipeline(
         router,
         edge,

@@ -114,6 +114,9 @@ class EdgeModelConfig(BaseModel):
 class RouterConfig(BaseModel):
     allow_override: bool = True
     intent_model_dir: Path | None = None  # None: the classifier shipped in the package
+    # The classifier's second stage (models/encoder): a sentence encoder scores the requests the n-gram model is
+    # unsure of. False: the n-gram model decides alone, at its own card cut (faster, fewer complex requests caught).
+    intent_encoder: bool = True
     # None: the threshold in the classifier's card (chosen at training on a dev split: complex recall >= 0.99,
     # then the fewest simple requests sent to the cloud).
     confidence_threshold: float | None = None

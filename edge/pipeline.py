@@ -89,6 +89,16 @@ class Pipeline:
         knowledge = self.knowledge
         return self._decide(req, knowledge.evidence(req.last_user_message) if knowledge is not None else None)
 
+    async def _decide_async(self, req: ChatRequest, evidence: Evidence | None) -> Decision:
+        """The decision, in a worker thread when the classifier's encoder stage will run: milliseconds of CPU
+        that would otherwise hold every other stream on the event loop. The n-gram pass that tells is the one
+        ``classify`` then reuses, so the fast path pays nothing for the check."""
+        needs = getattr(self.router.classifier, "needs_second_stage", None)
+        text = req.last_user_message
+        if needs is not None and text and needs(text):
+            return await asyncio.to_thread(self._decide, req, evidence)
+        return self._decide(req, evidence)
+
     def _decide(self, req: ChatRequest, evidence: Evidence | None) -> Decision:
         live = self.live_state()
         prepare(req, live.edge_tools)  # a tool request the device may answer gets its grammar
@@ -198,7 +208,7 @@ class Pipeline:
             if policy.read and peek_cache:
                 cache_view.hit = await self._read_cache(cache, cache.peek, req, policy)
         started = time.perf_counter()
-        decision = self._decide(req, await self.evidence(req))
+        decision = await self._decide_async(req, await self.evidence(req))
         return Preview(decision, (time.perf_counter() - started) * 1000.0, cache_view)
 
     async def _start(self, req: ChatRequest, timer: Timer, record: RequestRecord) -> Answer:
@@ -212,7 +222,7 @@ class Pipeline:
                     return self._cache_answer(req, timer, record, hit)
             record.cache = "miss" if policy.read else "bypass"
 
-        decision = self._decide(req, await self.evidence(req))
+        decision = await self._decide_async(req, await self.evidence(req))
         timer.mark("route")
         record.scenario, record.label, record.confidence = decision.scenario, decision.label, decision.confidence
         if decision.refusal is not None:

@@ -82,7 +82,8 @@ def decide_locally(body: dict, headers: dict, config: Path | None, cloud_availab
 
     settings = load_settings(config)
     req = parse_chat_request(body, settings, headers)
-    router = Router(settings.router, IntentClassifier.load(settings.router.intent_model_dir))
+    router = Router(settings.router, IntentClassifier.load(settings.router.intent_model_dir,
+                                                           encoder=settings.router.intent_encoder))
     live = LiveState(edge_ready=True, edge_n_ctx=settings.edge.n_ctx, cloud_enabled=cloud_available,
                      cloud_available=cloud_available)
     # Without the model loaded, estimate tokens the way the gateway does before its model loads.

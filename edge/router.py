@@ -110,6 +110,8 @@ class Decision:
     # False: prompt_tokens is an upper bound (the prompt fits by it; see LocalModel.prompt_token_bound).
     prompt_tokens_exact: bool = True
     classifier_ms: float | None = None
+    # Which stage of the classifier decided: "ngram", or "encoder" for a request the n-gram model was unsure of.
+    classifier_stage: str | None = None
     # The confidence a simple label needs to stay on the edge, and where that number comes from.
     threshold: float | None = None
     threshold_source: str | None = None
@@ -347,6 +349,7 @@ class Router:
         """Write the classifier's label, confidence and time into the decision; returns its rule tag."""
         d.label, d.confidence = result.label, float(result.confidence)
         d.classifier_ms = getattr(result, "latency_ms", None)
+        d.classifier_stage = getattr(result, "stage", None)
         tag = f"classifier:{d.label}:{d.confidence:.2f}"
         d.rules.append(tag)
         return tag

@@ -106,6 +106,7 @@ def evaluate(
     max_errors: int = 15,
     url: str | None = None,
     seen_data: Sequence[str | Path] = (),
+    encoder: bool = True,
 ) -> dict:
     """Classify every row of ``data`` and return the report (see ``format_report``).
 
@@ -118,6 +119,8 @@ def evaluate(
     sets written by different hands share canonical questions ("What is the capital of Canada?"), and a
     model scored on text it learned from overstates itself. Conversations stay: the policy routes them by
     turn count, not the model.
+
+    ``encoder=False`` loads the model without its encoder stage (the n-gram model alone, at its card cut).
     """
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}")
@@ -136,12 +139,13 @@ def evaluate(
     rows = [r for r in all_rows if not r.multi_turn]
     if not rows:
         raise ValueError("no rows to evaluate")
-    clf = IntentClassifier.load(model_dir, providers=providers)
+    clf = IntentClassifier.load(model_dir, providers=providers, encoder=encoder)
     threshold = clf.confidence_threshold
     preds: list[str] = []
     p_complex: list[float] = []
     latencies: list[float] = []
     cpu_ms: list[float] = []
+    stages: list[str] = []
     for row in rows:
         cpu_start = time.thread_time()
         result = clf.classify(row.text)
@@ -149,6 +153,7 @@ def evaluate(
         preds.append(result.label)
         p_complex.append(result.probs["complex"])
         latencies.append(result.latency_ms)
+        stages.append(result.stage)
     truth = [r.label for r in rows]
     p_by_id = {id(r): p for r, p in zip(rows, p_complex, strict=True)}
     if url:
@@ -185,6 +190,15 @@ def evaluate(
         "latency": percentiles_ms(latencies),
         "cpu_time": percentiles_ms(cpu_ms),
         "route_call_latency": percentiles_ms(route_ms),
+        "stages": {
+            "encoder_loaded": clf.encoder is not None,
+            "encoder_rows": stages.count("encoder"),
+            "encoder_share": round(stages.count("encoder") / len(rows), 4),
+            "latency_ngram_decided": percentiles_ms([t for t, s in zip(latencies, stages, strict=True)
+                                                     if s == "ngram"]),
+            "latency_encoder_decided": percentiles_ms([t for t, s in zip(latencies, stages, strict=True)
+                                                       if s == "encoder"]),
+        },
         "source_holdout_from_card": clf.card.get("metrics", {}).get("source_holdout", {}),
         "errors": [],
     }
@@ -287,6 +301,13 @@ def format_report(report: dict) -> str:
         f"max {lat['max_ms']:.4f} ms  (n={lat['n']})",
         f"  CPU time: P50 {cpu['p50_ms']:.4f} ms  P99 {cpu['p99_ms']:.4f} ms  (time on a core, without waits)",
     ]
+    st = report.get("stages") or {}
+    if st.get("encoder_loaded"):
+        fast, slow = st["latency_ngram_decided"], st["latency_encoder_decided"]
+        lines.append(f"  decided by the n-gram stage: {fast.get('n') or 0} rows, "
+                     f"P99 {fast.get('p99_ms') or 0:.4f} ms; by the encoder: {st['encoder_rows']} rows "
+                     f"({st['encoder_share']:.1%}), P50 {slow.get('p50_ms') or 0:.3f} ms, "
+                     f"P99 {slow.get('p99_ms') or 0:.3f} ms")
     call = report.get("route_call_latency") or {}
     if call.get("n"):
         lines.append(f"  POST /v1/route round trip: P50 {call['p50_ms']:.3f} ms  P99 {call['p99_ms']:.3f} ms")

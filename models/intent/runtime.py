@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+from models.encoder.runtime import EncoderScorer
 from models.intent.features import FeatureConfig, featurize
 
 DEFAULT_MODEL_DIR = Path(__file__).resolve().parent / "default"
@@ -38,6 +39,7 @@ class IntentResult:
     confidence: float
     probs: dict[str, float]
     latency_ms: float
+    stage: str = "ngram"  # "encoder" when the second stage decided (``models/encoder/runtime.py``)
 
 
 def choose_providers(requested: list[str] | None = None) -> list[str]:
@@ -92,9 +94,13 @@ def _session_options() -> ort.SessionOptions:
 class IntentClassifier:
     """A loaded intent model. Thread-safe: onnxruntime sessions allow concurrent ``run`` calls."""
 
-    def __init__(self, session: ort.InferenceSession, card: dict) -> None:
+    def __init__(self, session: ort.InferenceSession, card: dict, encoder: EncoderScorer | None = None) -> None:
         self._session = session
         self._card = card
+        self._encoder = encoder
+        # The n-gram pass ``needs_second_stage`` made, for ``classify`` on the same text to reuse: one tuple,
+        # replaced whole, so a reader on another thread sees a text with its own probabilities or none.
+        self._last: tuple[str, dict[str, float]] | None = None
         self._features = FeatureConfig.from_dict(card["features"])
         self._labels: list[str] = list(card["labels"])
         if set(self._labels) != {SIMPLE, COMPLEX}:
@@ -105,10 +111,13 @@ class IntentClassifier:
 
     @classmethod
     def load(
-        cls, model_dir: str | Path | None = None, providers: list[str] | None = None
+        cls, model_dir: str | Path | None = None, providers: list[str] | None = None, encoder: bool = True
     ) -> IntentClassifier:
         """Load ``intent.onnx`` + ``card.json`` from ``model_dir`` (None = the model shipped in the package),
-        pick the execution provider and warm the session so the first kiosk request is not the slow one."""
+        pick the execution provider and warm the session so the first kiosk request is not the slow one.
+
+        A card with an ``encoder`` section brings the second stage (``encoder.onnx``, ``encoder_vocab.json``)
+        unless ``encoder`` is False: then the n-gram model decides alone, at its own card cut."""
         directory = Path(model_dir) if model_dir is not None else DEFAULT_MODEL_DIR
         card = json.loads((directory / CARD_FILE).read_text(encoding="utf-8"))
         model_bytes = (directory / MODEL_FILE).read_bytes()
@@ -121,7 +130,10 @@ class IntentClassifier:
             session = ort.InferenceSession(
                 model_bytes, sess_options=_session_options(), providers=["CPUExecutionProvider"]
             )
-        classifier = cls(session, card)
+        scorer = None
+        if encoder and card.get("encoder"):
+            scorer = EncoderScorer.load(directory, card["encoder"], chosen)
+        classifier = cls(session, card, scorer)
         classifier.warm()
         return classifier
 
@@ -138,17 +150,41 @@ class IntentClassifier:
         return {label: float(p) for label, p in zip(self._labels, probs.tolist(), strict=True)}
 
     def classify(self, text: str) -> IntentResult:
-        """Classify one request's text (the last user message; the policy handles multi-turn itself)."""
+        """Classify one request's text (the last user message; the policy handles multi-turn itself).
+
+        With an encoder, a text the n-gram model is unsure of (confidence under the card's band) is scored
+        again by the encoder and the two scores are stacked; the result says which stage decided."""
         start = time.perf_counter()
-        probs = self.predict_proba(text)
+        last = self._last
+        probs = last[1] if last is not None and last[0] == text else self.predict_proba(text)
+        stage = "ngram"
+        encoder = self._encoder
+        if encoder is not None and max(probs.values()) < encoder.stack.band_confidence:
+            p = encoder.stack.p_complex(probs[COMPLEX], encoder.logit(text))
+            probs = {SIMPLE: 1.0 - p, COMPLEX: p}
+            stage = "encoder"
         label = max(self._labels, key=lambda name: probs[name])
         latency_ms = (time.perf_counter() - start) * 1000.0
-        return IntentResult(label=label, confidence=probs[label], probs=probs, latency_ms=latency_ms)
+        return IntentResult(label=label, confidence=probs[label], probs=probs, latency_ms=latency_ms, stage=stage)
 
     @property
     def card(self) -> dict:
         """The JSON model card (a copy: callers cannot change the loaded model's view of itself)."""
         return json.loads(json.dumps(self._card))
+
+    def needs_second_stage(self, text: str) -> bool:
+        """Whether ``classify(text)`` will run the encoder (the n-gram model is unsure of it). The server asks
+        first so that such a decision runs off the event loop; the n-gram pass is kept for ``classify``."""
+        if self._encoder is None:
+            return False
+        probs = self.predict_proba(text)
+        self._last = (text, probs)
+        return max(probs.values()) < self._encoder.stack.band_confidence
+
+    @property
+    def encoder(self) -> EncoderScorer | None:
+        """The second stage, when the model has one and it was loaded."""
+        return self._encoder
 
     @property
     def version(self) -> str:
