@@ -185,7 +185,7 @@ class Decoder:
 
 async def measure(n: int, extra_dirs: tuple[Path, ...] = (), intent_model_dir: Path | None = None,
                   long_share: float = 0.5, cloud: bool = True, decode: bool = False,
-                  edge_threads: int | None = None) -> dict:
+                  edge_threads: int | None = None, encoder: bool = True) -> dict:
     from edge.assembly import build_services
     from edge.config import Settings
 
@@ -195,8 +195,9 @@ async def measure(n: int, extra_dirs: tuple[Path, ...] = (), intent_model_dir: P
             config["edge"] = {"n_threads": edge_threads, "n_threads_batch": edge_threads}
         if cloud:
             config["cloud"] = uncalled_cloud()
+        config["router"] = {"intent_encoder": encoder}
         if intent_model_dir is not None:  # another classifier (e.g. the model before), all else as shipped
-            config["router"] = {"intent_model_dir": str(intent_model_dir)}
+            config["router"]["intent_model_dir"] = str(intent_model_dir)
         settings = Settings.model_validate(config)
         services = build_services(settings)
         await services.start()
@@ -258,6 +259,7 @@ async def measure(n: int, extra_dirs: tuple[Path, ...] = (), intent_model_dir: P
             "targets": {"kiosk_total_p99_ms": 1.0, "all_total_p99_ms": 5.0},
             "classifier": type(services.classifier).__name__ if services.classifier else None,
             "intent_model": services.classifier.version if services.classifier else None,
+            "encoder_stage": bool(services.classifier is not None and services.classifier.encoder is not None),
             "data": data, "decode": decoder.report() if decoder is not None else None,
             "edge_threads": settings.edge.n_threads}
 
@@ -280,6 +282,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--busy-nice", type=int, default=0, metavar="K", help="the busy loops' nice value")
     parser.add_argument("--decode", action="store_true",
                         help="the gateway's edge model decodes one answer after another while measuring")
+    parser.add_argument("--no-encoder", action="store_true",
+                        help="[router] intent_encoder = false: the n-gram stage decides every request alone")
     parser.add_argument("--edge-threads", type=int, default=None, metavar="N",
                         help="[edge] n_threads for the edge model (default: as shipped, every core)")
     args = parser.parse_args(argv)
@@ -290,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     with busy_loops(args.busy_cores, args.busy_nice):
         report = asyncio.run(measure(args.requests, tuple(args.dataset_dir), args.intent_model_dir,
                                      args.long_share, cloud=not args.no_cloud, decode=args.decode,
-                                     edge_threads=args.edge_threads))
+                                     edge_threads=args.edge_threads, encoder=not args.no_encoder))
     report["machine"] = {"cpus": os.cpu_count()}
     report["busy_loops"] = {"cores": args.busy_cores, "nice": args.busy_nice}
     args.out.parent.mkdir(parents=True, exist_ok=True)
