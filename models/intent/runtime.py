@@ -188,7 +188,9 @@ class IntentClassifier:
 
     @property
     def version(self) -> str:
-        return str(self._card["version"])
+        """The card's version; loaded without its encoder stage, the n-gram model's own (before the ``+``)."""
+        version = str(self._card["version"])
+        return version if self._encoder is not None or not self._card.get("encoder") else version.split("+")[0]
 
     @property
     def provider(self) -> str:
