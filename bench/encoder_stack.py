@@ -23,7 +23,8 @@ The device runs only onnxruntime and numpy, so the stack could not ship as it is
 encoder exported to ONNX and its tokenizer in Python, which ``models/encoder`` now holds.
 
     PYTHONPATH=/tmp/e5pkg .venv/bin/python -m bench.encoder_stack --eval models/intent/data/heldout_v45 \\
-        --public bench/data/routing --json bench/results/encoder_stack_v45.json
+        --public bench/data/routing --shared-data ../shared/datasets/routing \\
+        --json bench/results/encoder_stack_v45.json
 """
 
 from __future__ import annotations
@@ -38,13 +39,12 @@ from pathlib import Path
 import numpy as np
 
 D = "models/intent/data"
-SHARED = "../shared/datasets/routing"
 FOCUS = (16, 22, 23, 24, 29)
-TRAIN_PATHS = [SHARED, D] + [f"{D}/focus{n}/kiosk_focus{n}_{lang}.jsonl" for n in FOCUS for lang in ("en", "zh")]
+KIOSK_TRAIN_PATHS = [D] + [f"{D}/focus{n}/kiosk_focus{n}_{lang}.jsonl" for n in FOCUS for lang in ("en", "zh")]
 THRESHOLD_PATHS = [f"{D}/threshold", f"{D}/kiosk_test.jsonl", f"{D}/heldout", f"{D}/heldout_v15",
                    f"{D}/heldout_v16", f"{D}/heldout_v17", f"{D}/heldout_v17/second_zh"]
 EXCLUDE_PATHS = [f"{D}/heldout_v5", "bench/data/routing"]
-SEEN_PATHS = [SHARED, D] + [f"{D}/focus{n}" for n in (*FOCUS, 39)]
+KIOSK_SEEN_PATHS = [D] + [f"{D}/focus{n}" for n in (*FOCUS, 39)]
 SPLIT_RECALL = 0.995
 KIOSK_COPIES = 4
 SEED = 13
@@ -144,6 +144,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--eval", nargs="+", default=[], help="held-out folders or files to score")
     ap.add_argument("--public", nargs="*", default=[], help="scored without leaving seen rows out")
+    ap.add_argument("--shared-data", type=Path, default=None, metavar="DIR",
+                    help="the shared routing data the shipped n-gram model also trained on (e.g. "
+                         "../shared/datasets/routing): round v45's K45 was fitted with it; without it the head "
+                         "learns from the kiosk rows shipped in models/intent/data alone")
     ap.add_argument("--cache", type=Path, default=Path("/tmp/encoder_stack_cache.npz"))
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
@@ -152,7 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     from models.intent.runtime import IntentClassifier
     from models.intent.train import prepare_rows
 
-    prepared = prepare_rows(TRAIN_PATHS, THRESHOLD_PATHS, EXCLUDE_PATHS)
+    shared = [str(args.shared_data)] if args.shared_data else []
+    prepared = prepare_rows(shared + KIOSK_TRAIN_PATHS, THRESHOLD_PATHS, EXCLUDE_PATHS)
     cache = EmbeddingCache(args.cache)
     shipped = IntentClassifier.load(encoder=False)  # the n-gram model alone: the stack is built here
     shipped_cut = 1.0 - shipped.confidence_threshold
@@ -169,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"stack weights {model.stack.coef_.round(3).tolist()} bias {model.stack.intercept_.round(3).tolist()}; "
           f"cut {model.cut:.4f} (split recall {SPLIT_RECALL}); shipped cut {shipped_cut:.4f}")
 
-    seen_rows, _ = ds.load_rows(ds.expand_paths(SEEN_PATHS))
+    seen_rows, _ = ds.load_rows(ds.expand_paths(shared + KIOSK_SEEN_PATHS))
     seen = {ds.text_key(r.text) for r in seen_rows}
     report: dict = {"stack": {"weights": model.stack.coef_.tolist(), "bias": model.stack.intercept_.tolist(),
                               "cut": model.cut, "split_recall": SPLIT_RECALL}, "shipped": shipped.version,

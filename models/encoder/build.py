@@ -38,7 +38,7 @@ from models.encoder.unigram import UnigramTokenizer
 from models.encoder.vocab_cut import kept_pieces, wordfreq_words
 from models.intent import dataset as ds
 from models.intent.runtime import CARD_FILE, COMPLEX, MODEL_FILE, IntentClassifier
-from models.intent.train import prepare_rows, write_card
+from models.intent.train import prepare_run_rows, write_card
 
 PREFIX = "query: "  # e5's instruction for a text to be classified rather than retrieved
 MAX_TOKENS = 128
@@ -90,12 +90,7 @@ def build_encoder_stage(model_dir: str | Path, out_dir: str | Path, *, e5_file: 
     card = json.loads((src / CARD_FILE).read_text(encoding="utf-8"))
     if card.get("encoder"):
         raise ValueError(f"{src} already has an encoder stage")
-    prepared = prepare_rows(data, threshold_data, exclude_data)
-    train = [prepared.rows[i] for i in prepared.train_idx]
-    if ds.digest(train) != card["training_data"]["sha256"]:
-        raise ValueError("the training paths given do not give the rows this model was trained on "
-                         "(card training_data.sha256 differs): pass the train-intent --data, --threshold-data "
-                         "and --exclude-data of its training run")
+    prepared, train = prepare_run_rows(card, data, threshold_data, exclude_data)
     split = prepared.held_rows
     if not split:
         raise ValueError("the model's card records no threshold split: the stack needs one")

@@ -48,7 +48,7 @@ from models.intent.train import (
     TrainConfig,
     cut_version,
     feature_matrix,
-    prepare_rows,
+    prepare_run_rows,
     threshold_split_metrics,
     thresholds_entry,
     write_card,
@@ -96,12 +96,7 @@ def recut(model_dir: str | Path, out_dir: str | Path, *, data: Sequence[str | Pa
     tc = TrainConfig(split_recall=split_recall if split_recall is not None else cuts["split_recall"])
     fc = FeatureConfig.from_dict(card["features"])
 
-    prepared = prepare_rows(data, threshold_data, exclude_data)
-    train = [prepared.rows[i] for i in prepared.train_idx]
-    if ds.digest(train) != card["training_data"]["sha256"]:
-        raise ValueError("the training paths given do not give the rows this model was trained on "
-                         "(card training_data.sha256 differs): pass the train-intent --data, --threshold-data "
-                         "and --exclude-data of its training run")
+    prepared, train = prepare_run_rows(card, data, threshold_data, exclude_data)
 
     trained = {ds.text_key(r.text) for r in train}
     old_rows = prepared.held_rows

@@ -355,6 +355,20 @@ def prepare_rows(data: Sequence[str | Path], threshold_data: Sequence[str | Path
                         n_held - len(held_rows))
 
 
+def prepare_run_rows(card: dict, data: Sequence[str | Path], threshold_data: Sequence[str | Path],
+                     exclude_data: Sequence[str | Path] = ()) -> tuple[PreparedRows, list[ds.Row]]:
+    """The rows of a trained model's run, read again from the paths given, and its training rows; a
+    ``ValueError`` unless they hash to the card's ``training_data.sha256`` (recut and the encoder build
+    both start from a model's own rows, never from rows that merely look like them)."""
+    prepared = prepare_rows(data, threshold_data, exclude_data)
+    train = [prepared.rows[i] for i in prepared.train_idx]
+    if ds.digest(train) != card["training_data"]["sha256"]:
+        raise ValueError("the training paths given do not give the rows this model was trained on "
+                         "(card training_data.sha256 differs): pass the train-intent --data, --threshold-data "
+                         "and --exclude-data of its training run")
+    return prepared, train
+
+
 def thresholds_entry(th: Thresholds, tc: TrainConfig) -> dict:
     """The card's ``thresholds``: where the cuts sit and the objective they were chosen for."""
     return {

@@ -146,3 +146,13 @@ def test_the_server_decides_off_the_event_loop_only_when_the_encoder_runs(clf) -
     assert threads == [main]
     asyncio.run(decide(BAND_TEXTS[0]))
     assert threads[1] != main
+
+    # a conversation is routed by rule, unclassified: no n-gram pass to tell, and no thread
+    conversation = parse_chat_request({"model": "edgecloud-auto", "messages": [
+        {"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hello!"},
+        {"role": "user", "content": BAND_TEXTS[0]}]}, Settings(), {})
+    asked: list[str] = []
+    Stub.router = SimpleNamespace(classifier=SimpleNamespace(
+        needs_second_stage=lambda text: asked.append(text) or True))
+    asyncio.run(Pipeline._decide_async(Stub(), conversation, None))
+    assert asked == [] and threads[2] == main
