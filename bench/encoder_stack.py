@@ -93,12 +93,6 @@ def _logit(p: np.ndarray) -> np.ndarray:
     return np.log(p / (1 - p))
 
 
-def cut_at_recall(p: np.ndarray, is_complex: np.ndarray, recall: float) -> float:
-    """The highest cut that keeps at least ``recall`` of the complex rows at P >= cut."""
-    ranked = np.sort(p[is_complex])
-    return float(ranked[int(np.floor((1 - recall) * ranked.size))])
-
-
 @dataclass
 class Stack:
     """The encoder MLP and the two-weight stack over it and the shipped model, with the stack's cut."""
@@ -116,6 +110,8 @@ def fit_stack(train_emb: np.ndarray, train_y: np.ndarray, is_kiosk: np.ndarray, 
               split_y: np.ndarray, split_shipped_p: np.ndarray) -> Stack:
     from sklearn.linear_model import LogisticRegression
     from sklearn.neural_network import MLPClassifier
+
+    from models.encoder.build import cut_at_recall
 
     idx = np.concatenate([np.arange(train_y.size)] + [np.flatnonzero(is_kiosk)] * (KIOSK_COPIES - 1))
     mlp = MLPClassifier(hidden_layer_sizes=(128,), alpha=1e-3, max_iter=60, random_state=SEED)
