@@ -24,11 +24,14 @@ run: $(STAMP)
 # Two workers (one a core on the 2-core reference machine), a test file per worker at a time: many tests
 # wait on a gateway, a subprocess or a deadline, so two run in about two thirds of one's time. A file's
 # tests stay together because they share module fixtures. TEST_WORKERS=0 runs in one process.
+# --max-worker-restart=0: a worker that crashes (a segfault in native code) ends the run with the test
+# it died on named. pytest-xdist 3.8's loadfile scheduler can wait forever for a replacement worker
+# (pytest-xdist#784, #1323): that turned one crash into a CI run killed at its time limit.
 TEST_WORKERS ?= 2
 
 test: $(STAMP) browser
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q -ra --durations=30 -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/python -m pytest -q -ra --durations=30 -n $(TEST_WORKERS) --dist loadfile --max-worker-restart=0
 
 # The dashboard's browser tests need a headless Chromium: Debian's package, installed when this
 # runs as root with apt-get; otherwise one clear line, and those tests skip with the same reason.

@@ -18,6 +18,9 @@ What makes it safe:
   the model's shape and the cache types (``expected_kv_bytes``, within ``KV_SLACK``). No other buffer
   has that size; where no run matches, nothing is released.
 - It runs before the context's first decode, when nothing else has the buffer's address.
+- Memory is read through ``/proc/self/mem`` (``MemoryReader``), and only in mappings big enough to
+  hold the buffer: a mapping another thread frees while it is scanned fails a read (nothing
+  released) instead of killing the process.
 - Linux and CPU-only llama.cpp builds only (the runner checks; a GPU backend's pinned host buffers
   belong to the driver), and any failure leaves memory as it was: the result is then 0.
 """
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -105,24 +109,62 @@ def _libc() -> ctypes.CDLL:
     return libc
 
 
-def zero_runs(low: int, high: int, min_run: int = MIN_RUN, libc: ctypes.CDLL | None = None) -> list[Mapping]:
+class MemoryReader:
+    """Reads this process's memory through ``/proc/self/mem``, never through a raw pointer.
+
+    Why not ``ctypes.string_at``: other threads allocate and free while a context is created (the
+    intent classifier's onnxruntime sessions load beside the model), and a mapping found new in
+    ``/proc/self/maps`` may be unmapped before it is read. A pointer read of it kills the process with
+    SIGSEGV; a read of ``/proc/self/mem`` fails with EIO, and the pages are then treated as not zero
+    (nothing released). The caller closes the reader.
+    """
+
+    CHUNK = 64 * PAGE
+
+    def __init__(self, path: str = "/proc/self/mem") -> None:
+        self._fd = os.open(path, os.O_RDONLY)
+
+    def read(self, address: int, size: int) -> bytes | None:
+        """``size`` bytes at ``address``, or None where any of them cannot be read (unmapped now)."""
+        try:
+            data = os.pread(self._fd, size, address)
+        except OSError:
+            return None
+        return data if len(data) == size else None
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+    def __enter__(self) -> MemoryReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def zero_runs(low: int, high: int, min_run: int = MIN_RUN, libc: ctypes.CDLL | None = None,
+              reader: MemoryReader | None = None) -> list[Mapping]:
     """Runs of resident, all-zero pages in ``[low, high)`` at least ``min_run`` bytes long.
 
     Residency comes from ``mincore`` first, so pages never touched are not read (and not faulted in).
+    A range unmapped meanwhile has no runs: ``mincore`` fails with ENOMEM, or its pages cannot be read.
     """
     libc = libc or _libc()
     pages = (high - low) // PAGE
     resident = (ctypes.c_ubyte * pages)()
     if libc.mincore(low, high - low, resident) != 0:
-        raise OSError(ctypes.get_errno(), "mincore failed")
+        return []  # gone since the map was read (ENOMEM), or not ours to look at
+    own_reader = reader is None
+    reader = reader or MemoryReader()
+    try:
+        zero_pages = _zero_pages(low, pages, resident, reader)
+    finally:
+        if own_reader:
+            reader.close()
     runs: list[Mapping] = []
     start: int | None = None
     for index in range(pages + 1):
-        zero = (
-            index < pages
-            and resident[index] & 1
-            and ctypes.string_at(low + index * PAGE, PAGE) == _ZERO_PAGE
-        )
+        zero = index < pages and zero_pages[index]
         if zero and start is None:
             start = index
         elif not zero and start is not None:
@@ -130,6 +172,24 @@ def zero_runs(low: int, high: int, min_run: int = MIN_RUN, libc: ctypes.CDLL | N
                 runs.append((low + start * PAGE, low + index * PAGE))
             start = None
     return runs
+
+
+def _zero_pages(low: int, pages: int, resident: ctypes.Array, reader: MemoryReader) -> list[bool]:
+    """For each page: resident and all zero. Read a chunk at a time; a chunk that cannot be read is
+    not zero."""
+    zero = [False] * pages
+    per_chunk = MemoryReader.CHUNK // PAGE
+    for first in range(0, pages, per_chunk):
+        last = min(pages, first + per_chunk)
+        if not any(resident[index] & 1 for index in range(first, last)):
+            continue
+        data = reader.read(low + first * PAGE, (last - first) * PAGE)
+        if data is None:
+            continue
+        for index in range(first, last):
+            offset = (index - first) * PAGE
+            zero[index] = bool(resident[index] & 1) and data[offset:offset + PAGE] == _ZERO_PAGE
+    return zero
 
 
 def fits(run_bytes: int, expected_bytes: int | None) -> bool:
@@ -157,17 +217,34 @@ def release_new_zero_runs(before: set[Mapping] | None, min_run: int = MIN_RUN,
     try:
         libc = _libc()
         released = 0
-        for low, high in sorted(anonymous_mappings() - before):
-            for start, end in zero_runs(low, high, min_run, libc):
-                if not fits(end - start, expected_bytes):
-                    continue  # some other buffer: another thread may be writing it right now
-                if libc.madvise(start, end - start, _MADV_DONTNEED) == 0:
-                    released += end - start
+        smallest = max(min_run, _smallest_fit(expected_bytes))
+        with MemoryReader() as reader:
+            for low, high in sorted(anonymous_mappings() - before):
+                if high - low < smallest:
+                    continue  # too small to hold the buffer: not even read
+                released += _release_runs(low, high, min_run, expected_bytes, libc, reader)
         return released
     except (OSError, ValueError, AttributeError) as exc:  # no /proc, no mincore: leave memory as it is
         log.debug("zero pages not released: %s", exc)
         return 0
 
 
-__all__ = ["KV_SLACK", "MIN_RUN", "PAGE", "anonymous_mappings", "expected_kv_bytes", "fits", "release_new_zero_runs",
-           "snapshot", "supported", "zero_runs"]
+def _smallest_fit(expected_bytes: int | None) -> int:
+    if expected_bytes is None:
+        return 0
+    return expected_bytes - KV_SLACK - expected_bytes // 100
+
+
+def _release_runs(low: int, high: int, min_run: int, expected_bytes: int | None, libc: ctypes.CDLL,
+                  reader: MemoryReader) -> int:
+    released = 0
+    for start, end in zero_runs(low, high, min_run, libc, reader):
+        if not fits(end - start, expected_bytes):
+            continue  # some other buffer: another thread may be writing it right now
+        if libc.madvise(start, end - start, _MADV_DONTNEED) == 0:
+            released += end - start
+    return released
+
+
+__all__ = ["KV_SLACK", "MIN_RUN", "PAGE", "MemoryReader", "anonymous_mappings", "expected_kv_bytes", "fits",
+           "release_new_zero_runs", "snapshot", "supported", "zero_runs"]

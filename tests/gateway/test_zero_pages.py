@@ -95,6 +95,28 @@ def test_no_memory_map_means_nothing_is_released(tmp_path: Path) -> None:
     assert zero_pages.release_new_zero_runs(None) == 0
 
 
+def test_a_mapping_unmapped_before_it_is_read_is_skipped_not_a_crash() -> None:
+    """Another thread may free a mapping between the map's reading and the zero check (an onnxruntime
+    session loading beside the model does). Residency said yes, the pages are gone: the scan must
+    find no run, where a pointer read would kill the process with SIGSEGV."""
+    size = 8 * MIB
+    region, address = _private_anonymous(size)
+    region[:] = bytes(size)
+    region.close()  # unmapped now
+
+    class StaleResidency:  # mincore as it answered a moment before the unmapping
+        def mincore(self, low, length, vec) -> int:
+            for index in range(length // PAGE):
+                vec[index] = 1
+            return 0
+
+    with zero_pages.MemoryReader() as reader:
+        assert reader.read(address, PAGE) is None
+        assert zero_pages.zero_runs(address, address + size, 4 * MIB, StaleResidency(), reader) == []
+    # And the real mincore answers ENOMEM for it: no run either.
+    assert zero_pages.zero_runs(address, address + size, 4 * MIB) == []
+
+
 # ----- the real runner ---------------------------------------------------------------------------
 needs_model = pytest.mark.skipif(find_embedded_model() is None, reason="embedded model not installed")
 cpu_build = pytest.mark.skipif(llama_cpp.llama_supports_gpu_offload(), reason="lazy KV memory is for CPU builds")
