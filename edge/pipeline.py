@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, TypeVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .answer import Answer, CachePreview, Events, Preview, Refused, Started, cache_reason
 from .backends import AnswerCacheStore, CloudRouteBackend, EdgeBackend, GeneratingBackend, KnowledgeSource
@@ -43,6 +45,17 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("edgecloud.pipeline")
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class TimedDecision:
+    """A decision and when its parts were known, in ms from the start of ``Pipeline.decide_timed``."""
+
+    decision: Decision  # the final one
+    first_ms: float  # the n-gram stage's decision
+    final_ms: float  # the final decision (the encoder's, where it ran)
+    backend_ms: float  # the backend that answers is called: first_ms where the early start is kept
+    early_start: str | None  # "kept" | "switched" | None (nothing started early)
 
 
 class Pipeline:
@@ -69,6 +82,7 @@ class Pipeline:
         self.observe = observe
         self.log_prompts = log_prompts
         self.knowledge = knowledge
+        self._dropping: set[asyncio.Future] = set()  # early starts being cancelled (``_drop``)
 
     # ----- state ------------------------------------------------------------------------------
     def live_state(self) -> LiveState:
@@ -85,33 +99,72 @@ class Pipeline:
         )
 
     def decide(self, req: ChatRequest) -> Decision:
-        """The router's decision, evidence looked up here (a synchronous caller: the benchmark)."""
+        """The router's final decision, evidence looked up here (a synchronous caller: tests)."""
+        return self.decide_timed(req).decision
+
+    def decide_timed(self, req: ChatRequest) -> TimedDecision:
+        """What ``start`` decides, synchronously, with when each part is known (``bench/route_overhead.py``):
+        the n-gram stage's decision, the final one, and when the backend that answers is called, which is the
+        first of the two where the early start is kept (``_refine_while_starting``)."""
+        began = time.perf_counter()
+
+        def ms() -> float:
+            return (time.perf_counter() - began) * 1000.0
+
         knowledge = self.knowledge
-        return self._decide(req, knowledge.evidence(req.last_user_message) if knowledge is not None else None)
+        evidence = knowledge.evidence(req.last_user_message) if knowledge is not None else None
+        live = self.live_state()
+        classifier, first = self._first_stage(req)
+        decision = self._decide(req, evidence, live, first)
+        first_ms = ms()
+        if not _refinable(decision, first):
+            return TimedDecision(decision, first_ms, first_ms, first_ms, None)
+        final = self._decide(req, evidence, live, classifier.second_stage(req.last_user_message, first))
+        final_ms = ms()
+        if not self._may_start_early(req, decision):
+            return TimedDecision(final, first_ms, final_ms, final_ms, None)
+        if _plan(final) == _plan(decision):
+            return TimedDecision(final, first_ms, final_ms, first_ms, "kept")
+        return TimedDecision(final, first_ms, final_ms, final_ms, "switched")
 
     async def _decide_async(self, req: ChatRequest, evidence: Evidence | None) -> Decision:
-        """The decision, in a worker thread when the classifier's encoder stage will run: milliseconds of CPU
-        that would otherwise hold every other stream on the event loop. The n-gram pass that tells is the one
-        ``classify`` then reuses, so the fast path pays nothing for the check."""
-        needs = getattr(self.router.classifier, "needs_second_stage", None)
-        text = req.last_user_message
-        # a conversation goes to the cloud by rule, unclassified: it needs no n-gram pass to tell
-        if needs is not None and text and not req.is_multi_turn and needs(text):
-            return await asyncio.to_thread(self._decide, req, evidence)
-        return self._decide(req, evidence)
-
-    def _decide(self, req: ChatRequest, evidence: Evidence | None) -> Decision:
+        """The final decision, as ``preview`` reports it: the n-gram stage's, or the encoder's where that one
+        is unsure (its milliseconds of CPU in a worker thread: on the event loop they would hold every other
+        stream)."""
         live = self.live_state()
+        classifier, first = self._first_stage(req)
+        decision = self._decide(req, evidence, live, first)
+        if _refinable(decision, first):
+            second = await asyncio.to_thread(classifier.second_stage, req.last_user_message, first)
+            decision = self._decide(req, evidence, live, second)
+        return decision
+
+    def _first_stage(self, req: ChatRequest) -> tuple[Any, Any]:
+        """The classifier and its n-gram stage's result for a single-turn text; ``(classifier, None)`` where
+        the classifier has no stages or the router will not classify (a conversation goes by rule)."""
+        classifier = self.router.classifier
+        stage = getattr(classifier, "first_stage", None)
+        text = req.last_user_message
+        if stage is None or not text or req.is_multi_turn:
+            return classifier, None
+        return classifier, stage(text)
+
+    def _decide(self, req: ChatRequest, evidence: Evidence | None, live: LiveState | None = None,
+                intent: Any = None) -> Decision:
+        """The router's decision on ``live`` (read now when None), with ``intent`` the classifier's result
+        where the caller has one (None: the router classifies, both stages)."""
+        live = live or self.live_state()
         prepare(req, live.edge_tools)  # a tool request the device may answer gets its grammar
         # The exact count only when the prompt may not fit: the byte bound decides most kiosk requests
         # without the tokenizer, which costs more than the rest of the decision; over the budget the
         # router counts only where the size changes the route (``Router.decide``).
         tokens = self.edge.prompt_token_bound(req)
         if tokens <= self.router.prompt_budget(live):
-            return self.router.decide(req, live, tokens, evidence=evidence, prompt_tokens_exact=False)
+            return self.router.decide(req, live, tokens, evidence=evidence, prompt_tokens_exact=False,
+                                      intent=intent)
         edge = self.edge
         return self.router.decide(req, live, tokens, evidence=evidence, prompt_tokens_exact=False,
-                                  count_tokens=lambda: edge.count_prompt_tokens(req))
+                                  count_tokens=lambda: edge.count_prompt_tokens(req), intent=intent)
 
     async def evidence(self, req: ChatRequest) -> Evidence | None:
         """Venue evidence for the request: BM25 is sub-millisecond and runs here; the optional dense
@@ -223,18 +276,33 @@ class Pipeline:
                     return self._cache_answer(req, timer, record, hit)
             record.cache = "miss" if policy.read else "bypass"
 
-        decision = await self._decide_async(req, await self.evidence(req))
-        timer.mark("route")
+        evidence = await self.evidence(req)
+        live = self.live_state()
+        classifier, first = self._first_stage(req)
+        decision = self._decide(req, evidence, live, first)
+        early: asyncio.Task[Started] | None = None
+        if _refinable(decision, first):
+            decision, early = await self._refine_while_starting(req, evidence, live, classifier, first, decision,
+                                                                timer, record)
+        else:
+            timer.mark("route")
         record.scenario, record.label, record.confidence = decision.scenario, decision.label, decision.confidence
-        if decision.refusal is not None:
-            record.reason = decision.reason
-            raise Refused(decision.refusal, record, timer)
-        if decision.knowledge_refusal:
-            return self._knowledge_answer(req, timer, record, decision)
-        if decision.route == "edge":
-            reject_for_edge(req, self.edge.tools_state)
-        backend_req = self._grounded(req, decision)
-        started = await self._run(backend_req, decision, timer)
+        if early is not None:
+            backend_req = self._grounded(req, decision)
+            started = await early
+            timer.mark("ttft")  # the first event reaches the kiosk now, whenever the backend had it
+            if not (started.hedged or started.fallback):  # it may have read the n-gram stage's reason
+                started.reason = decision.reason
+        else:
+            if decision.refusal is not None:
+                record.reason = decision.reason
+                raise Refused(decision.refusal, record, timer)
+            if decision.knowledge_refusal:
+                return self._knowledge_answer(req, timer, record, decision)
+            if decision.route == "edge":
+                reject_for_edge(req, self.edge.tools_state)
+            backend_req = self._grounded(req, decision)
+            started = await self._run(backend_req, decision, timer)
         record.hedged, record.fallback = started.hedged, started.fallback
         reason = started.reason
         if backend_req is not req and not reason.startswith("knowledge:"):
@@ -246,6 +314,93 @@ class Pipeline:
         )
         answer._settle = functools.partial(self._finish, policy=policy)
         return answer
+
+    async def _refine_while_starting(
+        self, req: ChatRequest, evidence: Evidence | None, live: LiveState, classifier: Any, first: Any,
+        provisional: Decision, timer: Timer, record: RequestRecord,
+    ) -> tuple[Decision, asyncio.Task[Started] | None]:
+        """The encoder decides a request the n-gram stage was unsure of, while the route the n-gram stage
+        chose starts: the final decision, and the started backend when it is the one that decision wants.
+
+        Why: the encoder takes milliseconds (about 0.25 ms a token on two cores), and holding every unsure
+        request for it puts them on the decision's P99. It changes the route of about one unsure request
+        in six; for the rest, the backend has been working since the n-gram stage. Where it does change
+        the route (the plan differs: ``_plan``), the early backend is dropped (a local prefill cancelled,
+        a cloud stream closed before its first token is read) and the final route starts then, having
+        waited for the encoder as before. Nothing reaches the kiosk before the final decision: ``Started``
+        only holds the first event. A decision that would refuse the request or answer it from the venue
+        pack starts nothing early. The live state is the one read once for both decisions, so the early
+        request's own slot cannot change the second one.
+        """
+        planned = _plan(provisional)
+        early = self._start_early(req, provisional, timer)
+        try:
+            second = await asyncio.to_thread(classifier.second_stage, req.last_user_message, first)
+        except BaseException:
+            if early is not None:
+                self._drop(early)
+            raise
+        final = self._decide(req, evidence, live, second)
+        timer.mark("encoder")
+        if early is None:
+            timer.mark("route")
+            return final, None
+        if _plan(final) == planned:
+            # Same backends, same order: the early request is the request. Its decision object is the one
+            # the running backend reads (a fall-back writes ``degraded`` into it): give it the final fields.
+            degraded = provisional.degraded
+            for name in _DECISION_FIELDS:
+                setattr(provisional, name, getattr(final, name))
+            provisional.degraded = degraded or final.degraded
+            provisional.rules.append("early-start:kept")
+            record.early_start = "kept"
+            return provisional, early
+        self._drop(early)
+        final.rules.append(f"early-start:{planned[0]}->{final.route}")
+        record.early_start = "switched"
+        timer.mark("route")
+        return final, None
+
+    def _may_start_early(self, req: ChatRequest, d: Decision) -> bool:
+        """Whether the n-gram stage's decision starts a backend: not a refusal, not the venue pack's
+        answer, not an edge route the device must reject."""
+        if d.refusal is not None or d.knowledge_refusal:
+            return False
+        if d.route == "edge":
+            try:
+                reject_for_edge(req, self.edge.tools_state)
+            except APIError:
+                return False
+        return True
+
+    def _start_early(self, req: ChatRequest, d: Decision, timer: Timer) -> asyncio.Task[Started] | None:
+        """``_run`` for the n-gram stage's decision as a task, or None where that decision starts no backend."""
+        if not self._may_start_early(req, d):
+            return None
+        task = asyncio.create_task(self._run(self._grounded(req, d), d, timer))
+        timer.mark("route")
+        return task
+
+    def _drop(self, task: asyncio.Task[Started]) -> None:
+        """Cancel an early start; one that already has its first event has its stream closed (a local slot
+        freed, a cloud stream reset). Kept referenced until then: the loop holds tasks only weakly."""
+        task.cancel()
+        self._dropping.add(task)
+
+        def close(done: asyncio.Task[Started]) -> None:
+            self._dropping.discard(done)
+            if done.cancelled() or done.exception() is not None:
+                return
+            closing = asyncio.ensure_future(done.result().rest.aclose())
+            self._dropping.add(closing)  # type: ignore[arg-type]
+            closing.add_done_callback(self._closed)
+
+        task.add_done_callback(close)
+
+    def _closed(self, closing: asyncio.Future) -> None:
+        self._dropping.discard(closing)  # type: ignore[arg-type]
+        if not closing.cancelled() and closing.exception() is not None:
+            log.debug("closing a dropped early start failed: %s", closing.exception())
 
     def _cache_answer(self, req: ChatRequest, timer: Timer, record: RequestRecord, hit: CacheHit) -> Answer:
         usage = hit.usage if isinstance(hit.usage, Usage) else Usage()
@@ -415,6 +570,21 @@ class Pipeline:
             log.exception("request observer failed")
 
 
+def _refinable(d: Decision, first: Any) -> bool:
+    """Whether the encoder may change ``d``: the n-gram stage was unsure and the router used its label."""
+    return first is not None and getattr(first, "needs_encoder", False) and d.label is not None
+
+
+# What a decision's backends do with a request: two decisions with the same plan start the same backend(s)
+# the same way, so an early start serves either. The rest (label, confidence, reason, rules) only explains.
+def _plan(d: Decision) -> tuple:
+    return (d.route, d.hedge, d.hedge_delay_s, d.edge_ok, d.cloud_ok, d.degraded, d.override,
+            d.refusal is None, d.knowledge_refusal, id(d.knowledge))
+
+
+_DECISION_FIELDS = tuple(f.name for f in dataclasses.fields(Decision) if f.name != "degraded")
+
+
 def _replay(req: ChatRequest, text: str, finish: Finish) -> First:
     """A stored text as a backend stream: in chunks when streamed, whole when not."""
     from .cache import replay_chunks
@@ -430,4 +600,4 @@ def _replay(req: ChatRequest, text: str, finish: Finish) -> First:
     return first, rest()
 
 
-__all__ = ["Answer", "CachePreview", "Pipeline", "Preview", "Refused", "cache_reason"]
+__all__ = ["Answer", "CachePreview", "Pipeline", "Preview", "Refused", "TimedDecision", "cache_reason"]

@@ -37,6 +37,9 @@ class RequestRecord:
     tokens_per_s: float | None = None
     hedged: bool = False
     fallback: bool = False
+    # The n-gram stage's route started while the encoder decided (edge/pipeline.py): "kept" when the encoder
+    # agreed, "switched" when that start was dropped for the other route; None when nothing started early.
+    early_start: str | None = None
     # Prompt text: only present when the operator turned prompt logging on.
     prompt: str | None = None
     timings: dict[str, float] = field(default_factory=dict)

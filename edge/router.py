@@ -178,13 +178,17 @@ class Router:
 
     def decide(
         self, req: ChatRequest, live: LiveState, prompt_tokens: int, evidence: Any = None, *,
-        prompt_tokens_exact: bool = True, count_tokens: Callable[[], int] | None = None,
+        prompt_tokens_exact: bool = True, count_tokens: Callable[[], int] | None = None, intent: Any = None,
     ) -> Decision:
         """The decision for one request.
 
         ``prompt_tokens`` is the prompt's size, exact or (``prompt_tokens_exact=False``) an upper
-        bound. When that bound is over the edge's budget, ``count_tokens`` gives the exact size, and
-        it is called only if the decision depends on it: a single-turn message the classifier calls
+        bound. ``intent``: the classifier's result for the last user message when the caller has it
+        already (the gateway passes the n-gram stage's, then the final one; ``edge/pipeline.py``);
+        None: the router classifies, if the decision gets that far.
+
+        When that bound is over the edge's budget, ``count_tokens`` gives the exact size, and it is
+        called only if the decision depends on it: a single-turn message the classifier calls
         complex goes to an available cloud whatever its size, so it is classified first and its
         tokens are never counted (the count is the tokenizer over the whole text, milliseconds for a
         pasted page). Without an available cloud the size decides between a degraded edge answer and a
@@ -192,7 +196,7 @@ class Router:
         """
         pre_classified = None
         if count_tokens is not None and prompt_tokens > self.prompt_budget(live):
-            pre_classified = self._difficulty_before_size(req, live)
+            pre_classified = self._difficulty_before_size(req, live, intent)
             if pre_classified is not None and pre_classified.label != "simple":
                 return self._complex_unsized(req, live, prompt_tokens, pre_classified, evidence)
             prompt_tokens, prompt_tokens_exact = count_tokens(), True
@@ -265,8 +269,9 @@ class Router:
         # 3. The classifier (single-turn text only: hard rules caught the rest).
         borderline = False
         if self.classifier is not None:
-            result = (pre_classified if pre_classified is not None
-                      else self.classifier.classify(req.last_user_message))
+            result = pre_classified if pre_classified is not None else intent
+            if result is None:
+                result = self.classifier.classify(req.last_user_message)
             tag = self._record_label(d, result)
             if d.label != "simple":
                 d.edge_ok = False
@@ -319,7 +324,7 @@ class Router:
         return d
 
     # ----- helpers ----------------------------------------------------------------------------
-    def _difficulty_before_size(self, req: ChatRequest, live: LiveState) -> Any:
+    def _difficulty_before_size(self, req: ChatRequest, live: LiveState, intent: Any = None) -> Any:
         """The classifier's result for a request whose size alone would not send it away, or None.
 
         Only for a plain single-turn message (no override, tools, schema or images: those rules
@@ -330,7 +335,7 @@ class Router:
             return None
         if self._edge_incapable(req, live, 0) is not None:
             return None
-        return self.classifier.classify(req.last_user_message)
+        return intent if intent is not None else self.classifier.classify(req.last_user_message)
 
     def _complex_unsized(self, req: ChatRequest, live: LiveState, bound: int, result: Any,
                          evidence: Any) -> Decision:

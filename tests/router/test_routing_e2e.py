@@ -242,3 +242,46 @@ def test_non_streaming_cut_mid_answer_is_answered_by_the_edge(gw, fake):
     # Forced to the cloud: no substitute, a clean error.
     r = chat(gw, "Hi", model="edgecloud-cloud")
     assert r.status_code in (502, 504) and r.json()["error"]["code"].startswith("cloud_")
+
+
+# ----- the early start (edge/pipeline.py: Pipeline._refine_while_starting) --------------------------------
+# Texts written for this test (not from any evaluation set) on which the shipped n-gram stage is unsure:
+SWITCH_TO_CLOUD = "孩子连着两天咳嗽发烧是什么病"  # n-gram: simple, on the device; encoder: complex
+SWITCH_TO_EDGE = "My sister bet me a coffee that koalas are bears. Are they?"  # n-gram: low confidence; encoder: simple
+KEPT_ON_EDGE = "我跟朋友打赌，他说香蕉是长在树上的，我说不是。谁赢了？"  # both stages: simple
+
+
+def _route_and_timing(gw, text):
+    """One streamed request through the official openai client: route, reason, Server-Timing marks, text."""
+    with gw.openai().chat.completions.with_streaming_response.create(
+            model="edgecloud-auto", messages=[{"role": "user", "content": text}], max_tokens=8, stream=True) as raw:
+        marks = {part.split(";dur=")[0].strip(): float(part.split(";dur=")[1])
+                 for part in raw.headers["server-timing"].split(",")}
+        route, reason = raw.headers["x-edgecloud-route"], raw.headers["x-edgecloud-reason"]
+        text = "".join(chunk.choices[0].delta.content or "" for chunk in raw.parse() if chunk.choices)
+    return route, reason, marks, text
+
+
+def test_the_encoder_decides_while_the_first_stages_route_starts(gw, fake):
+    out = httpx.post(gw.base_url + "/v1/route", json={"model": "edgecloud-auto", "messages": [
+        {"role": "user", "content": SWITCH_TO_CLOUD}]}, timeout=30).json()
+    assert (out["route"], out["classifier_stage"], out["label"]) == ("cloud", "encoder", "complex")
+
+    # n-gram stage: the device; the encoder: complex. The early local start is dropped, the cloud answers.
+    route, reason, marks, text = _route_and_timing(gw, SWITCH_TO_CLOUD)
+    assert (route, reason, text) == ("cloud", out["reason"], "Cloud answer here.")
+    assert marks["encoder"] <= marks["route"] <= marks["ttft"]  # the cloud was called after the encoder
+    assert fake.state.chat_attempts == 1
+
+    # the other way: the cloud (hedged) started early, the encoder says simple: the device answers
+    route, reason, marks, _ = _route_and_timing(gw, SWITCH_TO_EDGE)
+    assert route == "edge" and reason.startswith("classifier:simple:")
+
+    # both stages agree: the device started at the n-gram stage's decision, before the encoder ended
+    route, reason, marks, text = _route_and_timing(gw, KEPT_ON_EDGE)
+    assert route == "edge" and reason.startswith("classifier:simple:") and text
+    assert marks["route"] < marks["encoder"] <= marks["ttft"]
+
+    # the dropped local start left no slot taken: a plain question still answers on the device
+    r = chat(gw, SIMPLE)
+    assert r.status_code == 200 and r.headers["x-edgecloud-route"] == "edge"

@@ -1,0 +1,189 @@
+"""The n-gram stage's route starts while the encoder decides (``Pipeline._refine_while_starting``).
+
+Scripted backends and a staged classifier whose second stage (run in a worker thread, as the gateway
+runs the encoder) waits for a ``threading.Event`` the test sets once it has seen what started early:
+races are ordered by events, never by sleeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from dataclasses import dataclass, field
+
+from edge.config import RouterConfig
+from edge.pipeline import Pipeline
+from edge.records import RequestRecord
+from edge.router import Router
+
+from .scripted import ScriptedCloud, ScriptedEdge, ask, drain, settled
+
+TEXT = "hi!! long day, my feet hurt so much, we walked everywhere. where is the restroom"
+
+
+@dataclass
+class Result:
+    label: str
+    confidence: float
+    latency_ms: float = 0.1
+    stage: str = "ngram"
+    needs_encoder: bool = False
+
+
+@dataclass
+class Staged:
+    """The two stages of ``models.intent.runtime.IntentClassifier``, scripted."""
+
+    first: Result
+    second: Result
+    release: threading.Event = field(default_factory=threading.Event)
+    second_calls: int = 0
+    second_threads: list[str] = field(default_factory=list)
+
+    def first_stage(self, text: str) -> Result:
+        return self.first
+
+    def second_stage(self, text: str, first: Result) -> Result:
+        self.second_calls += 1
+        self.second_threads.append(threading.current_thread().name)
+        assert self.release.wait(30), "the test never released the encoder"
+        return self.second
+
+    def classify(self, text: str) -> Result:
+        return self.second if self.first.needs_encoder else self.first
+
+
+def staged_rig(first: Result, second: Result, edge: ScriptedEdge | None = None,
+               cloud: ScriptedCloud | None = None, no_cloud: bool = False):
+    records: list[RequestRecord] = []
+    edge = edge or ScriptedEdge()
+    cloud = None if no_cloud else (cloud or ScriptedCloud())
+    classifier = Staged(first, second)
+    pipeline = Pipeline(Router(RouterConfig(hedge=False), classifier), edge, cloud, observe=records.append)
+    return pipeline, classifier, edge, cloud, records
+
+
+UNSURE_SIMPLE = Result("simple", 0.90, needs_encoder=True)
+UNSURE_COMPLEX = Result("complex", 0.80, needs_encoder=True)
+FINAL_SIMPLE = Result("simple", 0.99, latency_ms=6.0, stage="encoder")
+FINAL_COMPLEX = Result("complex", 0.95, latency_ms=6.0, stage="encoder")
+
+
+def test_the_backend_starts_before_the_encoder_ends_and_is_kept_when_it_agrees() -> None:
+    async def scenario() -> None:
+        pipeline, clf, edge, cloud, records = staged_rig(UNSURE_SIMPLE, FINAL_SIMPLE)
+        start = asyncio.create_task(pipeline.start(ask(TEXT, stream=True)))
+        await edge.started.wait()  # the edge is generating while the encoder still waits
+        assert clf.second_calls == 1 and not start.done()
+        clf.release.set()
+        answer = await start
+        assert (answer.route, answer.reason) == ("edge", "classifier:simple:0.99")
+        d = answer.decision
+        assert (d.label, d.confidence, d.classifier_stage) == ("simple", 0.99, "encoder")
+        assert d.rules[-1] == "early-start:kept"
+        assert (edge.calls, cloud.calls) == (1, 0)
+        assert await drain(answer) == "Level 2, next to the pharmacy."
+        # the first event reached the kiosk after the final decision, and the timing says so
+        marks = answer.timer.marks
+        assert marks["route"] <= marks["encoder"] <= marks["ttft"]
+        assert clf.second_threads[0] != threading.current_thread().name  # off the event loop
+        await settled()
+        (rec,) = records
+        assert (rec.early_start, rec.route, rec.label, rec.confidence) == ("kept", "edge", "simple", 0.99)
+
+    asyncio.run(scenario())
+
+
+def test_an_early_edge_start_is_dropped_when_the_encoder_says_complex() -> None:
+    async def scenario() -> None:
+        pipeline, clf, edge, cloud, records = staged_rig(UNSURE_SIMPLE, FINAL_COMPLEX)
+        start = asyncio.create_task(pipeline.start(ask(TEXT, stream=True)))
+        await edge.started.wait()
+        clf.release.set()
+        answer = await start
+        assert (answer.route, answer.reason) == ("cloud", "classifier:complex:0.95")
+        assert answer.decision.rules[-1] == "early-start:edge->cloud"
+        assert await drain(answer) == "Level 2, next to the pharmacy."  # the cloud's script
+        for _ in range(3):
+            await settled()
+        assert (edge.calls, edge.closed, cloud.calls) == (1, 1, 1)  # the early edge stream was closed
+        (rec,) = records
+        assert (rec.early_start, rec.route, rec.label) == ("switched", "cloud", "complex")
+
+    asyncio.run(scenario())
+
+
+def test_an_early_cloud_stream_with_its_first_token_is_closed_when_the_encoder_says_simple() -> None:
+    async def scenario() -> None:
+        pipeline, clf, edge, cloud, records = staged_rig(UNSURE_COMPLEX, FINAL_SIMPLE)
+        start = asyncio.create_task(pipeline.start(ask(TEXT, stream=True)))
+        await cloud.started.wait()
+        for _ in range(5):
+            await settled()  # the cloud's first token is in hand before the encoder ends
+        clf.release.set()
+        answer = await start
+        assert (answer.route, answer.reason) == ("edge", "classifier:simple:0.99")
+        await drain(answer)
+        for _ in range(5):
+            await settled()
+        assert (cloud.calls, cloud.closed, edge.calls) == (1, 1, 1)
+        assert records[0].early_start == "switched"
+
+    asyncio.run(scenario())
+
+
+def test_a_first_stage_refusal_starts_nothing_and_the_final_decision_answers() -> None:
+    async def scenario() -> None:
+        # No cloud: "complex" would be refused. The encoder says simple, and the edge answers.
+        pipeline, clf, edge, _, records = staged_rig(UNSURE_COMPLEX, FINAL_SIMPLE, no_cloud=True)
+        clf.release.set()
+        answer = await pipeline.start(ask(TEXT))
+        assert (answer.route, edge.calls) == ("edge", 1)
+        assert not any(rule.startswith("early-start") for rule in answer.decision.rules)
+        await drain(answer)
+        await settled()
+        assert records[0].early_start is None
+
+    asyncio.run(scenario())
+
+
+def test_a_client_gone_while_the_encoder_runs_closes_the_early_backend() -> None:
+    async def scenario() -> None:
+        pipeline, clf, edge, cloud, _ = staged_rig(UNSURE_SIMPLE, FINAL_SIMPLE)
+        start = asyncio.create_task(pipeline.start(ask(TEXT, stream=True)))
+        await edge.started.wait()
+        for _ in range(3):
+            await settled()
+        start.cancel()
+        clf.release.set()  # the worker thread ends on its own; its result is not used
+        try:
+            await start
+        except asyncio.CancelledError:
+            pass
+        for _ in range(5):
+            await settled()
+        assert (edge.calls, edge.closed, cloud.calls) == (1, 1, 0)
+
+    asyncio.run(scenario())
+
+
+def test_a_sure_first_stage_or_a_rule_never_runs_the_encoder() -> None:
+    async def scenario() -> None:
+        sure = Result("simple", 0.97)
+        pipeline, clf, edge, _, _ = staged_rig(sure, FINAL_COMPLEX)
+        answer = await pipeline.start(ask("where is the restroom"))
+        assert (answer.route, answer.reason, clf.second_calls) == ("edge", "classifier:simple:0.97", 0)
+        await drain(answer)
+        # a conversation goes to the cloud by rule: neither stage is asked
+        pipeline, clf, edge, cloud, _ = staged_rig(UNSURE_SIMPLE, FINAL_SIMPLE)
+        answer = await pipeline.start(ask("I need a taxi", "Where to?", "The airport"))
+        assert (answer.route, clf.second_calls, edge.calls) == ("cloud", 0, 0)
+        await drain(answer)
+        # the preview (/v1/route) reports the final decision, and starts no backend
+        pipeline, clf, edge, cloud, _ = staged_rig(UNSURE_SIMPLE, FINAL_COMPLEX)
+        clf.release.set()
+        preview = await pipeline.preview(ask(TEXT), peek_cache=False)
+        assert (preview.decision.route, preview.decision.classifier_stage) == ("cloud", "encoder")
+        assert (edge.calls, cloud.calls) == (0, 0)
+
+    asyncio.run(scenario())
