@@ -189,7 +189,7 @@ class Decoder:
 async def measure(n: int, extra_dirs: tuple[Path, ...] = (), intent_model_dir: Path | None = None,
                   long_share: float = 0.5, cloud: bool = True, decode: bool = False,
                   edge_threads: int | None = None, encoder: bool = True,
-                  kiosk_dirs: tuple[Path, ...] = ()) -> dict:
+                  kiosk_dirs: tuple[Path, ...] = (), early_start: str = "both") -> dict:
     from edge.assembly import build_services
     from edge.config import Settings
 
@@ -199,7 +199,7 @@ async def measure(n: int, extra_dirs: tuple[Path, ...] = (), intent_model_dir: P
             config["edge"] = {"n_threads": edge_threads, "n_threads_batch": edge_threads}
         if cloud:
             config["cloud"] = uncalled_cloud()
-        config["router"] = {"intent_encoder": encoder}
+        config["router"] = {"intent_encoder": encoder, "early_start": early_start}
         if intent_model_dir is not None:  # another classifier (e.g. the model before), all else as shipped
             config["router"]["intent_model_dir"] = str(intent_model_dir)
         settings = Settings.model_validate(config)
@@ -212,8 +212,8 @@ async def measure(n: int, extra_dirs: tuple[Path, ...] = (), intent_model_dir: P
 
         pipeline, cache = services.pipeline, services.cache
         texts = load_texts(n, extra_dirs=extra_dirs, long_share=long_share, kiosk_dirs=kiosk_dirs)
-        # decide/total: until the backend that answers is called (the n-gram stage's decision where the early
-        # start is kept, Pipeline._refine_while_starting); decided: until the final decision is known
+        # decide/total: until the backend that answers is called (at the n-gram stage's decision where that backend
+        # started early, Pipeline._refine_while_starting); decided: until the final decision is known
         stages: dict[str, list[float]] = {"parse": [], "cache": [], "decide": [], "total": [], "decided": []}
         early = {"kept": 0, "switched": 0}
         kinds: list[str] = []
@@ -277,7 +277,7 @@ async def measure(n: int, extra_dirs: tuple[Path, ...] = (), intent_model_dir: P
             "intent_model": services.classifier.version if services.classifier else None,
             "encoder_stage": bool(services.classifier is not None and services.classifier.encoder is not None),
             "data": data, "decode": decoder.report() if decoder is not None else None,
-            "edge_threads": settings.edge.n_threads}
+            "edge_threads": settings.edge.n_threads, "early_start_mode": early_start}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -300,6 +300,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="the gateway's edge model decodes one answer after another while measuring")
     parser.add_argument("--no-encoder", action="store_true",
                         help="[router] intent_encoder = false: the n-gram stage decides every request alone")
+    parser.add_argument("--early-start", choices=("both", "route", "off"), default="both",
+                        help="[router] early_start: which backends start while the encoder decides (default both)")
     parser.add_argument("--kiosk-dir", type=Path, action="append", default=[], metavar="DIR",
                         help="draw the kiosk-length requests from these *.jsonl folders (e.g. a held-out set, "
                              "text the router never trained on) instead of models/intent/data's training rows")
@@ -314,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
         report = asyncio.run(measure(args.requests, tuple(args.dataset_dir), args.intent_model_dir,
                                      args.long_share, cloud=not args.no_cloud, decode=args.decode,
                                      edge_threads=args.edge_threads, encoder=not args.no_encoder,
-                                     kiosk_dirs=tuple(args.kiosk_dir)))
+                                     kiosk_dirs=tuple(args.kiosk_dir), early_start=args.early_start))
     report["machine"] = {"cpus": os.cpu_count()}
     report["busy_loops"] = {"cores": args.busy_cores, "nice": args.busy_nice}
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -335,8 +337,8 @@ def main(argv: list[str] | None = None) -> int:
                     ("all requests (target P99 <= 5 ms)", "stages")]
     if report["encoder_decided"]:
         e = report["early_start"]
-        print(f" early start: the n-gram stage's route kept for {e['kept']}, switched for {e['switched']} "
-              f"({e['switched_share']:.2%} of all requests wait for the encoder)")
+        print(f" early start ({report['early_start_mode']}): the backend that answers had started early for "
+              f"{e['kept']}, not for {e['switched']} ({e['switched_share']:.2%} of all requests wait for the encoder)")
         print("  decide/total: until the backend that answers is called; decided: until the final decision")
     for title, key in sections:
         print(f" {title}:")

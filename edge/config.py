@@ -117,6 +117,12 @@ class RouterConfig(BaseModel):
     # The classifier's second stage (models/encoder): a sentence encoder scores the requests the n-gram model is
     # unsure of. False: the n-gram model decides alone, at its own card cut (faster, fewer complex requests caught).
     intent_encoder: bool = True
+    # While the encoder decides a request the n-gram model is unsure of (edge/pipeline.py, early start):
+    # "both" starts the device and the cloud at once and keeps the one the final decision picks, so no request
+    # waits for the encoder; "route" starts only the n-gram stage's route (a request whose route the encoder
+    # changes waits for it); "off" starts nothing before the final decision. "both" calls the cloud for every
+    # unsure request, and closes the call within milliseconds where the device answers.
+    early_start: Literal["both", "route", "off"] = "both"
     # None: the threshold in the classifier's card (chosen at training on a dev split: complex recall >= 0.99,
     # then the fewest simple requests sent to the cloud).
     confidence_threshold: float | None = None

@@ -21,17 +21,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .answer import Answer, CachePreview, Events, Preview, Refused, Started, cache_reason
 from .backends import AnswerCacheStore, CloudRouteBackend, EdgeBackend, GeneratingBackend, KnowledgeSource
 from .constrained import ConstrainedEdge, prepare
+from .early_start import EarlyStarts
 from .errors import APIError, internal
 from .hedging import First, hedged
 from .records import RequestRecord
@@ -82,7 +82,7 @@ class Pipeline:
         self.observe = observe
         self.log_prompts = log_prompts
         self.knowledge = knowledge
-        self._dropping: set[asyncio.Future] = set()  # early starts being cancelled (``_drop``)
+        self._dropping: set[asyncio.Future] = set()  # early starts being dropped (edge/early_start.py)
 
     # ----- state ------------------------------------------------------------------------------
     def live_state(self) -> LiveState:
@@ -104,8 +104,8 @@ class Pipeline:
 
     def decide_timed(self, req: ChatRequest) -> TimedDecision:
         """What ``start`` decides, synchronously, with when each part is known (``bench/route_overhead.py``):
-        the n-gram stage's decision, the final one, and when the backend that answers is called, which is the
-        first of the two where the early start is kept (``_refine_while_starting``)."""
+        the n-gram stage's decision, the final one, and when the backend that answers is called: at the first
+        where that backend starts early (``_refine_while_starting``; ``[router] early_start``)."""
         began = time.perf_counter()
 
         def ms() -> float:
@@ -116,14 +116,16 @@ class Pipeline:
         live = self.live_state()
         classifier, first = self._first_stage(req)
         decision = self._decide(req, evidence, live, first)
+        refinable = _refinable(decision, first)
+        names = self._early_names(req, decision) if refinable else []
         first_ms = ms()
-        if not _refinable(decision, first):
+        if not refinable:
             return TimedDecision(decision, first_ms, first_ms, first_ms, None)
         final = self._decide(req, evidence, live, classifier.second_stage(req.last_user_message, first))
         final_ms = ms()
-        if not self._may_start_early(req, decision):
+        if not names:
             return TimedDecision(final, first_ms, final_ms, final_ms, None)
-        if _plan(final) == _plan(decision):
+        if final.route in names:
             return TimedDecision(final, first_ms, final_ms, first_ms, "kept")
         return TimedDecision(final, first_ms, final_ms, final_ms, "switched")
 
@@ -280,20 +282,17 @@ class Pipeline:
         live = self.live_state()
         classifier, first = self._first_stage(req)
         decision = self._decide(req, evidence, live, first)
-        early: asyncio.Task[Started] | None = None
+        early: EarlyStarts | None = None
         if _refinable(decision, first):
             decision, early = await self._refine_while_starting(req, evidence, live, classifier, first, decision,
-                                                                timer, record)
-        else:
-            timer.mark("route")
-        record.scenario, record.label, record.confidence = decision.scenario, decision.label, decision.confidence
-        if early is not None:
-            backend_req = self._grounded(req, decision)
-            started = await early
-            timer.mark("ttft")  # the first event reaches the kiosk now, whenever the backend had it
-            if not (started.hedged or started.fallback):  # it may have read the n-gram stage's reason
-                started.reason = decision.reason
-        else:
+                                                                timer)
+        try:
+            if early is not None and decision.route in early.names:
+                timer.mark("route", early.started_ms)  # the backend that answers was called then
+            else:
+                timer.mark("route")
+            record.scenario, record.label, record.confidence = (decision.scenario, decision.label,
+                                                                decision.confidence)
             if decision.refusal is not None:
                 record.reason = decision.reason
                 raise Refused(decision.refusal, record, timer)
@@ -302,7 +301,13 @@ class Pipeline:
             if decision.route == "edge":
                 reject_for_edge(req, self.edge.tools_state)
             backend_req = self._grounded(req, decision)
-            started = await self._run(backend_req, decision, timer)
+            started = await self._run(backend_req, decision, timer, early)
+        finally:
+            if early is not None:
+                record.early_dropped = ",".join(early.unused) or None
+                early.drop_unused()
+        if early is not None:
+            record.early_start = "kept" if started.route in early.taken else "switched"
         record.hedged, record.fallback = started.hedged, started.fallback
         reason = started.reason
         if backend_req is not req and not reason.startswith("knowledge:"):
@@ -317,90 +322,60 @@ class Pipeline:
 
     async def _refine_while_starting(
         self, req: ChatRequest, evidence: Evidence | None, live: LiveState, classifier: Any, first: Any,
-        provisional: Decision, timer: Timer, record: RequestRecord,
-    ) -> tuple[Decision, asyncio.Task[Started] | None]:
-        """The encoder decides a request the n-gram stage was unsure of, while the route the n-gram stage
-        chose starts: the final decision, and the started backend when it is the one that decision wants.
+        provisional: Decision, timer: Timer,
+    ) -> tuple[Decision, EarlyStarts | None]:
+        """The encoder decides a request the n-gram stage was unsure of, while backends start: the final
+        decision, and the backends started early (``edge/early_start.py``) for ``_run`` to take from.
 
-        Why: the encoder takes milliseconds (about 0.25 ms a token on two cores), and holding every unsure
-        request for it puts them on the decision's P99. It changes the route of about one unsure request
-        in six; for the rest, the backend has been working since the n-gram stage. Where it does change
-        the route (the plan differs: ``_plan``), the early backend is dropped (a local prefill cancelled,
-        a cloud stream closed before its first token is read) and the final route starts then, having
-        waited for the encoder as before. Nothing reaches the kiosk before the final decision: ``Started``
-        only holds the first event. A decision that would refuse the request or answer it from the venue
-        pack starts nothing early. The live state is the one read once for both decisions, so the early
-        request's own slot cannot change the second one.
+        Which start (``[router] early_start``): "both" calls the device and the cloud at once, so the final
+        decision finds its backend running whichever it picks; "route" calls only the n-gram stage's route
+        (the encoder changes the route of about one unsure request in five, and those wait for it); "off"
+        none. The live state is the one read once for both decisions, so an early start's own slot cannot
+        change the second one.
         """
-        planned = _plan(provisional)
-        early = self._start_early(req, provisional, timer)
+        early: EarlyStarts | None = None
+        names = self._early_names(req, provisional)
+        if names:
+            early = EarlyStarts(self._dropping, timer.mark("route"))
+            backend_req = self._grounded(req, provisional)
+            for name in names:
+                early.start(name, functools.partial(self._first, self._backend(name), backend_req))
         try:
             second = await asyncio.to_thread(classifier.second_stage, req.last_user_message, first)
         except BaseException:
             if early is not None:
-                self._drop(early)
+                early.drop_unused()
             raise
         final = self._decide(req, evidence, live, second)
         timer.mark("encoder")
-        if early is None:
-            timer.mark("route")
-            return final, None
-        if _plan(final) == planned:
-            # Same backends, same order: the early request is the request. Its decision object is the one
-            # the running backend reads (a fall-back writes ``degraded`` into it): give it the final fields.
-            degraded = provisional.degraded
-            for name in _DECISION_FIELDS:
-                setattr(provisional, name, getattr(final, name))
-            provisional.degraded = degraded or final.degraded
-            provisional.rules.append("early-start:kept")
-            record.early_start = "kept"
-            return provisional, early
-        self._drop(early)
-        final.rules.append(f"early-start:{planned[0]}->{final.route}")
-        record.early_start = "switched"
-        timer.mark("route")
-        return final, None
+        if early is not None:
+            final.rules.append(f"early-start:{'+'.join(names)}")
+        return final, early
 
-    def _may_start_early(self, req: ChatRequest, d: Decision) -> bool:
-        """Whether the n-gram stage's decision starts a backend: not a refusal, not the venue pack's
-        answer, not an edge route the device must reject."""
-        if d.refusal is not None or d.knowledge_refusal:
-            return False
-        if d.route == "edge":
+    def _early_names(self, req: ChatRequest, provisional: Decision) -> list[str]:
+        """The backends to call before the final decision, per ``[router] early_start``."""
+        mode = self.router.config.early_start
+        if mode == "off":
+            return []
+        if mode == "route":
+            if provisional.refusal is not None or provisional.knowledge_refusal:
+                return []
+            wanted = [provisional.route]
+        else:
+            wanted = ["edge", "cloud"]
+        return [name for name in wanted if self._can_start(name, req)]
+
+    def _can_start(self, name: str, req: ChatRequest) -> bool:
+        if name == "edge":
+            if not self.edge.ready:
+                return False
             try:
                 reject_for_edge(req, self.edge.tools_state)
             except APIError:
                 return False
-        return True
-
-    def _start_early(self, req: ChatRequest, d: Decision, timer: Timer) -> asyncio.Task[Started] | None:
-        """``_run`` for the n-gram stage's decision as a task, or None where that decision starts no backend."""
-        if not self._may_start_early(req, d):
-            return None
-        task = asyncio.create_task(self._run(self._grounded(req, d), d, timer))
-        timer.mark("route")
-        return task
-
-    def _drop(self, task: asyncio.Task[Started]) -> None:
-        """Cancel an early start; one that already has its first event has its stream closed (a local slot
-        freed, a cloud stream reset). Kept referenced until then: the loop holds tasks only weakly."""
-        task.cancel()
-        self._dropping.add(task)
-
-        def close(done: asyncio.Task[Started]) -> None:
-            self._dropping.discard(done)
-            if done.cancelled() or done.exception() is not None:
-                return
-            closing = asyncio.ensure_future(done.result().rest.aclose())
-            self._dropping.add(closing)  # type: ignore[arg-type]
-            closing.add_done_callback(self._closed)
-
-        task.add_done_callback(close)
-
-    def _closed(self, closing: asyncio.Future) -> None:
-        self._dropping.discard(closing)  # type: ignore[arg-type]
-        if not closing.cancelled() and closing.exception() is not None:
-            log.debug("closing a dropped early start failed: %s", closing.exception())
+            return True
+        cloud = self.cloud
+        return bool(cloud is not None and cloud.enabled and cloud.available())
 
     def _cache_answer(self, req: ChatRequest, timer: Timer, record: RequestRecord, hit: CacheHit) -> Answer:
         usage = hit.usage if isinstance(hit.usage, Usage) else Usage()
@@ -433,16 +408,22 @@ class Pipeline:
         answer._settle = functools.partial(self._finish, policy=None)
         return answer
 
-    async def _run(self, req: ChatRequest, d: Decision, timer: Timer) -> Started:
-        """Start the chosen backend (hedged, or with a fall-back before its first token)."""
+    async def _run(self, req: ChatRequest, d: Decision, timer: Timer, early: EarlyStarts | None = None) -> Started:
+        """Start the chosen backend (hedged, or with a fall-back before its first token), taking a backend
+        from ``early`` where it was started before the decision (``_refine_while_starting``)."""
         primary = d.route
         other = "cloud" if primary == "edge" else "edge"
+
+        def starter(name: str) -> Callable[[], Awaitable[First]]:
+            task = early.take(name) if early is not None else None
+            if task is not None:
+                return lambda: task
+            return functools.partial(self._first, self._backend(name), req)
+
         if d.hedge and primary == "cloud" and d.edge_ok and self.cloud is not None:
-            cloud = self.cloud
-            return await hedged(lambda: self._first(cloud, req), lambda: self._first(self._backend("edge"), req),
-                                d, timer)
+            return await hedged(starter("cloud"), lambda: starter("edge")(), d, timer)
         try:
-            first, rest = await self._first(self._backend(primary), req)
+            first, rest = await starter(primary)()
             timer.mark("ttft")
             return Started(primary, d.reason, first, rest)
         except APIError as exc:
@@ -451,7 +432,7 @@ class Pipeline:
             log.info("fall-back %s -> %s: %s", primary, other, exc.message)
             if other == "edge":
                 reject_for_edge(req, self.edge.tools_state)
-            first, rest = await self._first(self._backend(other), req)
+            first, rest = await starter(other)()
             timer.mark("ttft")
             if other == "edge":
                 d.degraded = d.degraded or "cloud-unavailable"
@@ -573,16 +554,6 @@ class Pipeline:
 def _refinable(d: Decision, first: Any) -> bool:
     """Whether the encoder may change ``d``: the n-gram stage was unsure and the router used its label."""
     return first is not None and getattr(first, "needs_encoder", False) and d.label is not None
-
-
-# What a decision's backends do with a request: two decisions with the same plan start the same backend(s)
-# the same way, so an early start serves either. The rest (label, confidence, reason, rules) only explains.
-def _plan(d: Decision) -> tuple:
-    return (d.route, d.hedge, d.hedge_delay_s, d.edge_ok, d.cloud_ok, d.degraded, d.override,
-            d.refusal is None, d.knowledge_refusal, id(d.knowledge))
-
-
-_DECISION_FIELDS = tuple(f.name for f in dataclasses.fields(Decision) if f.name != "degraded")
 
 
 def _replay(req: ChatRequest, text: str, finish: Finish) -> First:

@@ -40,6 +40,9 @@ class RequestRecord:
     # The n-gram stage's route started while the encoder decided (edge/pipeline.py): "kept" when the encoder
     # agreed, "switched" when that start was dropped for the other route; None when nothing started early.
     early_start: str | None = None
+    # The backends started early and then dropped ("cloud", "edge", "edge,cloud"): a dropped cloud call was
+    # opened and closed within milliseconds; a provider may bill the prompt tokens it had read.
+    early_dropped: str | None = None
     # Prompt text: only present when the operator turned prompt logging on.
     prompt: str | None = None
     timings: dict[str, float] = field(default_factory=dict)

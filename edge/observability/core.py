@@ -235,6 +235,10 @@ class Observability:
                 c.money_saved.inc(usage.avoided_usd)
             if usage.cost_usd:
                 m.cloud_cost.labels(rec.provider or self.prices.reference_name).inc(usage.cost_usd)
+        for backend in rec.early_dropped.split(",") if rec.early_dropped else []:
+            m.early_starts.labels(backend, "dropped").inc()
+        if rec.early_start == "kept" and rec.route in ROUTES:
+            m.early_starts.labels(rec.route, "used").inc()
         if usage.cache_hits:
             m.cache.labels("hit").inc()
         elif usage.cache_misses:

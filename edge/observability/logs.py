@@ -43,6 +43,7 @@ _LOG_FIELDS = (
     "hedged",
     "fallback",
     "early_start",
+    "early_dropped",
 )
 
 

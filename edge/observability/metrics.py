@@ -143,6 +143,13 @@ class RequestMetrics:
             namespace=ns,
             registry=registry,
         )
+        self.early_starts = Counter(
+            "early_starts",
+            "Backends started while the encoder decided (edge/early_start.py), by whether the answer used them.",
+            ["backend", "outcome"],
+            namespace=ns,
+            registry=registry,
+        )
         self.cloud_requests = Counter(
             "cloud_requests",
             "Whole cloud calls (all retries and fail-overs included) by the provider that ended them.",

@@ -192,3 +192,18 @@ def test_observe_request_is_cheap(obs: Observability) -> None:
         json.dumps(r.as_dict())
     dumps = time.perf_counter() - start
     assert observe < 40 * dumps
+
+
+def test_early_starts_are_counted_by_backend_and_use(tmp_path) -> None:
+    from edge.records import RequestRecord
+
+    o = Observability(make_settings(tmp_path))
+    for route, early, dropped in (("edge", "kept", "cloud"), ("cloud", "kept", "edge"), ("edge", "kept", "cloud"),
+                                  ("cloud", "switched", "edge"), ("", None, "edge,cloud")):
+        o.observe_request(RequestRecord(request_id="r", started_at=0.0, route=route, early_start=early,
+                                        early_dropped=dropped, outcome="ok" if route else "rejected"))
+    v = metric_values(o.render_metrics()[0].decode())
+    assert value(v, "edgecloud_early_starts_total", backend="edge", outcome="used") == 2
+    assert value(v, "edgecloud_early_starts_total", backend="cloud", outcome="used") == 1
+    assert value(v, "edgecloud_early_starts_total", backend="cloud", outcome="dropped") == 3
+    assert value(v, "edgecloud_early_starts_total", backend="edge", outcome="dropped") == 3

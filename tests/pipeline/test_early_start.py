@@ -1,4 +1,4 @@
-"""The n-gram stage's route starts while the encoder decides (``Pipeline._refine_while_starting``).
+"""Backends start while the encoder decides (``Pipeline._refine_while_starting``, ``edge/early_start.py``).
 
 Scripted backends and a staged classifier whose second stage (run in a worker thread, as the gateway
 runs the encoder) waits for a ``threading.Event`` the test sets once it has seen what started early:
@@ -11,8 +11,10 @@ import asyncio
 import threading
 from dataclasses import dataclass, field
 
+import pytest
+
 from edge.config import RouterConfig
-from edge.pipeline import Pipeline
+from edge.pipeline import Pipeline, Refused
 from edge.records import RequestRecord
 from edge.router import Router
 
@@ -54,12 +56,13 @@ class Staged:
 
 
 def staged_rig(first: Result, second: Result, edge: ScriptedEdge | None = None,
-               cloud: ScriptedCloud | None = None, no_cloud: bool = False):
+               cloud: ScriptedCloud | None = None, no_cloud: bool = False, early_start: str = "both"):
     records: list[RequestRecord] = []
     edge = edge or ScriptedEdge()
-    cloud = None if no_cloud else (cloud or ScriptedCloud())
+    cloud = None if no_cloud else (cloud or ScriptedCloud(texts=("From the cloud.",)))
     classifier = Staged(first, second)
-    pipeline = Pipeline(Router(RouterConfig(hedge=False), classifier), edge, cloud, observe=records.append)
+    pipeline = Pipeline(Router(RouterConfig(hedge=False, early_start=early_start), classifier), edge, cloud,
+                        observe=records.append)
     return pipeline, classifier, edge, cloud, records
 
 
@@ -69,46 +72,51 @@ FINAL_SIMPLE = Result("simple", 0.99, latency_ms=6.0, stage="encoder")
 FINAL_COMPLEX = Result("complex", 0.95, latency_ms=6.0, stage="encoder")
 
 
-def test_the_backend_starts_before_the_encoder_ends_and_is_kept_when_it_agrees() -> None:
+async def turns(n: int = 5) -> None:
+    for _ in range(n):
+        await settled()
+
+
+def test_both_backends_start_before_the_encoder_ends_and_the_agreeing_one_answers() -> None:
     async def scenario() -> None:
         pipeline, clf, edge, cloud, records = staged_rig(UNSURE_SIMPLE, FINAL_SIMPLE)
         start = asyncio.create_task(pipeline.start(ask(TEXT, stream=True)))
-        await edge.started.wait()  # the edge is generating while the encoder still waits
+        await edge.started.wait()
+        await cloud.started.wait()  # both are working while the encoder still waits
         assert clf.second_calls == 1 and not start.done()
         clf.release.set()
         answer = await start
         assert (answer.route, answer.reason) == ("edge", "classifier:simple:0.99")
         d = answer.decision
         assert (d.label, d.confidence, d.classifier_stage) == ("simple", 0.99, "encoder")
-        assert d.rules[-1] == "early-start:kept"
-        assert (edge.calls, cloud.calls) == (1, 0)
+        assert d.rules[-1] == "early-start:edge+cloud"
         assert await drain(answer) == "Level 2, next to the pharmacy."
-        # the first event reached the kiosk after the final decision, and the timing says so
+        await turns()
+        assert (edge.calls, cloud.calls, cloud.closed) == (1, 1, 1)  # the cloud's stream was closed
+        # the backend that answers was called before the encoder ended; the kiosk had its first event after
         marks = answer.timer.marks
         assert marks["route"] <= marks["encoder"] <= marks["ttft"]
         assert clf.second_threads[0] != threading.current_thread().name  # off the event loop
-        await settled()
         (rec,) = records
         assert (rec.early_start, rec.route, rec.label, rec.confidence) == ("kept", "edge", "simple", 0.99)
+        assert rec.early_dropped == "cloud"
 
     asyncio.run(scenario())
 
 
-def test_an_early_edge_start_is_dropped_when_the_encoder_says_complex() -> None:
+def test_the_device_never_answers_what_the_encoder_calls_complex() -> None:
     async def scenario() -> None:
         pipeline, clf, edge, cloud, records = staged_rig(UNSURE_SIMPLE, FINAL_COMPLEX)
         start = asyncio.create_task(pipeline.start(ask(TEXT, stream=True)))
         await edge.started.wait()
+        await turns()  # the device's first event is in hand before the encoder ends
         clf.release.set()
         answer = await start
         assert (answer.route, answer.reason) == ("cloud", "classifier:complex:0.95")
-        assert answer.decision.rules[-1] == "early-start:edge->cloud"
-        assert await drain(answer) == "Level 2, next to the pharmacy."  # the cloud's script
-        for _ in range(3):
-            await settled()
-        assert (edge.calls, edge.closed, cloud.calls) == (1, 1, 1)  # the early edge stream was closed
-        (rec,) = records
-        assert (rec.early_start, rec.route, rec.label) == ("switched", "cloud", "complex")
+        assert await drain(answer) == "From the cloud."
+        await turns()
+        assert (edge.calls, edge.closed, cloud.calls) == (1, 1, 1)  # no second cloud call: it had started
+        assert records[0].early_start == "kept"
 
     asyncio.run(scenario())
 
@@ -118,24 +126,53 @@ def test_an_early_cloud_stream_with_its_first_token_is_closed_when_the_encoder_s
         pipeline, clf, edge, cloud, records = staged_rig(UNSURE_COMPLEX, FINAL_SIMPLE)
         start = asyncio.create_task(pipeline.start(ask(TEXT, stream=True)))
         await cloud.started.wait()
-        for _ in range(5):
-            await settled()  # the cloud's first token is in hand before the encoder ends
+        await turns()
         clf.release.set()
         answer = await start
         assert (answer.route, answer.reason) == ("edge", "classifier:simple:0.99")
         await drain(answer)
-        for _ in range(5):
-            await settled()
+        await turns()
         assert (cloud.calls, cloud.closed, edge.calls) == (1, 1, 1)
-        assert records[0].early_start == "switched"
+        assert records[0].early_start == "kept"  # the device had started early too
 
     asyncio.run(scenario())
 
 
-def test_a_first_stage_refusal_starts_nothing_and_the_final_decision_answers() -> None:
+def test_a_complex_final_decision_with_no_cloud_is_refused_and_the_early_device_start_closed() -> None:
     async def scenario() -> None:
-        # No cloud: "complex" would be refused. The encoder says simple, and the edge answers.
-        pipeline, clf, edge, _, records = staged_rig(UNSURE_COMPLEX, FINAL_SIMPLE, no_cloud=True)
+        pipeline, clf, edge, _, _ = staged_rig(UNSURE_SIMPLE, FINAL_COMPLEX, no_cloud=True)
+        start = asyncio.create_task(pipeline.start(ask(TEXT, stream=True)))
+        await edge.started.wait()
+        await turns()
+        clf.release.set()
+        with pytest.raises(Refused):
+            await start
+        await turns()
+        assert (edge.calls, edge.closed) == (1, 1)
+
+    asyncio.run(scenario())
+
+
+def test_route_mode_starts_the_first_stages_route_and_a_changed_route_waits() -> None:
+    async def scenario() -> None:
+        pipeline, clf, edge, cloud, records = staged_rig(UNSURE_SIMPLE, FINAL_COMPLEX, early_start="route")
+        start = asyncio.create_task(pipeline.start(ask(TEXT, stream=True)))
+        await edge.started.wait()
+        await turns()
+        assert cloud.calls == 0
+        clf.release.set()
+        answer = await start
+        assert answer.route == "cloud" and answer.decision.rules[-1] == "early-start:edge"
+        await drain(answer)
+        await turns()
+        assert (edge.calls, edge.closed, cloud.calls) == (1, 1, 1)
+        marks = answer.timer.marks
+        assert marks["encoder"] <= marks["route"]  # the cloud was called after the encoder
+        assert records[0].early_start == "switched"
+
+        # a first-stage refusal (no cloud for "complex") starts nothing; the final decision answers
+        pipeline, clf, edge, _, records = staged_rig(UNSURE_COMPLEX, FINAL_SIMPLE, no_cloud=True,
+                                                     early_start="route")
         clf.release.set()
         answer = await pipeline.start(ask(TEXT))
         assert (answer.route, edge.calls) == ("edge", 1)
@@ -147,22 +184,34 @@ def test_a_first_stage_refusal_starts_nothing_and_the_final_decision_answers() -
     asyncio.run(scenario())
 
 
-def test_a_client_gone_while_the_encoder_runs_closes_the_early_backend() -> None:
+def test_off_starts_nothing_before_the_final_decision() -> None:
+    async def scenario() -> None:
+        pipeline, clf, edge, cloud, records = staged_rig(UNSURE_SIMPLE, FINAL_SIMPLE, early_start="off")
+        start = asyncio.create_task(pipeline.start(ask(TEXT, stream=True)))
+        await turns(20)
+        assert (edge.calls, cloud.calls, clf.second_calls) == (0, 0, 1)
+        clf.release.set()
+        answer = await start
+        assert answer.route == "edge" and (edge.calls, cloud.calls) == (1, 0)
+        await drain(answer)
+        await settled()
+        assert records[0].early_start is None
+
+    asyncio.run(scenario())
+
+
+def test_a_client_gone_while_the_encoder_runs_closes_every_early_start() -> None:
     async def scenario() -> None:
         pipeline, clf, edge, cloud, _ = staged_rig(UNSURE_SIMPLE, FINAL_SIMPLE)
         start = asyncio.create_task(pipeline.start(ask(TEXT, stream=True)))
         await edge.started.wait()
-        for _ in range(3):
-            await settled()
+        await turns()
         start.cancel()
         clf.release.set()  # the worker thread ends on its own; its result is not used
-        try:
+        with pytest.raises(asyncio.CancelledError):
             await start
-        except asyncio.CancelledError:
-            pass
-        for _ in range(5):
-            await settled()
-        assert (edge.calls, edge.closed, cloud.calls) == (1, 1, 0)
+        await turns()
+        assert (edge.calls, edge.closed, cloud.calls, cloud.closed) == (1, 1, 1, 1)
 
     asyncio.run(scenario())
 
