@@ -95,6 +95,12 @@ class EncoderScorer:
         opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         opts.log_severity_level = 3
+        # No spinning: onnxruntime's pool threads otherwise busy-wait after each parallel section, and the encoder
+        # runs beside the edge model's prefill (early start, edge/early_start.py) or just before it, on the same
+        # cores. Measured with bench/early_start.py on two cores: the device's first token came later with
+        # early start than without it while the pool spun, and a little sooner once it did not; the pass
+        # alone is 15-30 % slower (route_overhead), a cost the early start hides.
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         # TensorRT would build an engine for minutes at the first load and takes none of the contrib ops;
         # CUDA runs all of them (a Jetson's GPU), the CPU otherwise.
         providers = [p for p in providers if p != "TensorrtExecutionProvider"] or ["CPUExecutionProvider"]
