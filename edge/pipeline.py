@@ -137,8 +137,11 @@ class Pipeline:
         classifier, first = self._first_stage(req)
         decision = self._decide(req, evidence, live, first)
         if _refinable(decision, first):
-            second = await asyncio.to_thread(classifier.second_stage, req.last_user_message, first)
-            decision = self._decide(req, evidence, live, second)
+            second = await _second_stage(classifier, req.last_user_message, first)
+            if second is None:
+                decision.rules.append("encoder-failed")
+            else:
+                decision = self._decide(req, evidence, live, second)
         return decision
 
     def _first_stage(self, req: ChatRequest) -> tuple[Any, Any]:
@@ -341,13 +344,15 @@ class Pipeline:
             for name in names:
                 early.start(name, functools.partial(self._first, self._backend(name), backend_req))
         try:
-            second = await asyncio.to_thread(classifier.second_stage, req.last_user_message, first)
+            second = await _second_stage(classifier, req.last_user_message, first)
         except BaseException:
             if early is not None:
                 early.drop_unused()
             raise
-        final = self._decide(req, evidence, live, second)
+        final = self._decide(req, evidence, live, second) if second is not None else provisional
         timer.mark("encoder")
+        if second is None:
+            final.rules.append("encoder-failed")
         if early is not None:
             final.rules.append(f"early-start:{'+'.join(names)}")
         return final, early
@@ -554,6 +559,16 @@ class Pipeline:
 def _refinable(d: Decision, first: Any) -> bool:
     """Whether the encoder may change ``d``: the n-gram stage was unsure and the router used its label."""
     return first is not None and getattr(first, "needs_encoder", False) and d.label is not None
+
+
+async def _second_stage(classifier: Any, text: str, first: Any) -> Any:
+    """The encoder's result, in a worker thread; None where it failed (then the n-gram stage's decision
+    stands: a broken second stage must not take the router down with it)."""
+    try:
+        return await asyncio.to_thread(classifier.second_stage, text, first)
+    except Exception as exc:
+        log.warning("the classifier's encoder stage failed, the n-gram stage decides: %s", exc)
+        return None
 
 
 def _replay(req: ChatRequest, text: str, finish: Finish) -> First:

@@ -200,6 +200,9 @@ def evaluate(
                                                        if s == "encoder"]),
         },
         "source_holdout_from_card": clf.card.get("metrics", {}).get("source_holdout", {}),
+        # both stages as the router runs them, each refitted without the source (bench/encoder_source_holdout.py)
+        "source_holdout_both_stages_from_card": (clf.card.get("encoder") or {}).get("source_holdout", {})
+        if clf.encoder is not None else {},
         "errors": [],
     }
     for key, attr in (("per_language", "lang"), ("per_source", "source")):
@@ -288,10 +291,17 @@ def format_report(report: dict) -> str:
     for name, v in report["targets"].items():
         lines.append(f"  {name:<18} {v['target']:<8} {v['value']!s:<8} {'met' if v['met'] else 'NOT MET'}")
     holdout = report.get("source_holdout_from_card") or {}
+    both = (report.get("source_holdout_both_stages_from_card") or {}).get("sources", {})
     if holdout:
         lines += ["", "== leave-one-source-out on the shared data (from the model card: trained without it) =="]
+        if both:
+            lines.append(f"  {'':<22} {'':<8} n-gram label   routed at the cut: n-gram alone   both stages")
         for source, m in holdout.items():
-            lines.append(f"  {source:<22} n={m['n']:<6} accuracy {m['accuracy']:.4f}")
+            line = f"  {source:<22} n={m['n']:<6} accuracy {m['accuracy']:.4f}"
+            if source in both:
+                b = both[source]
+                line += f"   {b['ngram_routing_accuracy']:>29.4f}   {b['cascade_routing_accuracy']:>11.4f}"
+            lines.append(line)
     lat = report["latency"]
     cpu = report["cpu_time"]
     lines += [

@@ -108,3 +108,38 @@ def _settled_nice(proc) -> int:
             return nice
         time.sleep(0.02)
     return 0
+
+
+def test_route_overhead_reports_when_the_backend_that_answers_is_called(tmp_path: Path) -> None:
+    """With held-out kiosk rows the encoder decides some requests: ``total`` (until the backend that answers
+    is called) is then at most ``decided`` (until the final decision), and ``--early-start route`` makes the
+    requests whose route the encoder changes wait for it (figures never asserted, only their order)."""
+    from bench.route_overhead import main as route_overhead
+
+    held = str(DEFAULT_MODEL_DIR.parent / "data" / "heldout_v47")
+    out = tmp_path / "route.json"
+    for mode in ("both", "route"):
+        assert route_overhead(["--requests", "300", "--long-share", "0", "--kiosk-dir", held,
+                               "--early-start", mode, "--out", str(out)]) == 0
+        report = json.loads(out.read_text())
+        assert report["early_start_mode"] == mode and "heldout_v47" in report["data"]
+        assert report["encoder_share"] > 0
+        early = report["early_start"]
+        assert early["kept"] > 0
+        assert (early["switched"] == 0) == (mode == "both")
+        totals, decided = report["stages"]["total"], report["stages"]["decided"]
+        assert totals["n"] == decided["n"] == 300 and totals["max_ms"] <= decided["max_ms"]
+
+
+def test_early_start_bench_sends_each_request_once_per_mode(tmp_path: Path) -> None:
+    """``bench.early_start`` through the gateway's own pipeline, tiny: every mode answers every request."""
+    from bench.early_start import main as early_start
+
+    out = tmp_path / "early.json"
+    assert early_start(["--limit", "3", "--cloud-ttft", "0", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["requests"] == 3
+    for mode in ("off", "route", "both"):
+        assert report["modes"][mode]["all"]["n"] == 3
+    assert report["modes"]["off"]["early_start"] == {"kept": 0, "switched": 0}
+    assert report["modes"]["both"]["early_start"]["kept"] == 3

@@ -236,3 +236,23 @@ def test_a_sure_first_stage_or_a_rule_never_runs_the_encoder() -> None:
         assert (edge.calls, cloud.calls) == (0, 0)
 
     asyncio.run(scenario())
+
+
+def test_a_failing_encoder_leaves_the_first_stages_decision() -> None:
+    class Broken(Staged):
+        def second_stage(self, text: str, first: Result) -> Result:
+            raise RuntimeError("onnxruntime: bad allocation")
+
+    async def scenario() -> None:
+        records: list[RequestRecord] = []
+        edge, cloud = ScriptedEdge(), ScriptedCloud(texts=("From the cloud.",))
+        pipeline = Pipeline(Router(RouterConfig(hedge=False), Broken(UNSURE_SIMPLE, FINAL_COMPLEX)), edge, cloud,
+                            observe=records.append)
+        answer = await pipeline.start(ask(TEXT))
+        assert (answer.route, answer.reason) == ("edge", "classifier:simple:0.90")
+        assert "encoder-failed" in answer.decision.rules
+        await drain(answer)
+        preview = await pipeline.preview(ask(TEXT), peek_cache=False)
+        assert preview.decision.route == "edge" and "encoder-failed" in preview.decision.rules
+
+    asyncio.run(scenario())
