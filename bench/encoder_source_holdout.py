@@ -1,0 +1,203 @@
+"""Leave one shared source out, for both stages of the router: does the cascade know difficulty or a style?
+
+Each shared source (clinc150, gsm8k, …) is all one label, so a model can learn a source's style instead of a
+request's difficulty. The n-gram stage's card has its own figures (``metrics.source_holdout``: a fit without the
+source, accuracy on all of its rows at the label cut). This bench gives the same for the stages as the router runs
+them, per source:
+
+* the n-gram stage refitted without the source (the card's recipe: ``TrainConfig`` from the card, the same
+  design with its augmented copies), its output shifted by the card's label cut as the shipped graph is;
+* the encoder's head refitted without the source, on the shipped encoder's own embeddings (``encoder.onnx``'s
+  ``embedding`` output: what the device computes), with the build's recipe (``models/encoder/build.py``);
+* the card's stack and band: both were fitted or set on the kiosk threshold split, which holds no shared source;
+* routed at the card's cut (``thresholds.simple_min_confidence``): the n-gram stage alone, and the cascade.
+
+The training paths must give the rows the card names (``prepare_run_rows``): pass the model's train-intent
+``--data``, ``--threshold-data`` and ``--exclude-data``. The fits share out over two forked processes (a fork
+reads the design matrix from its parent's memory). About 25 minutes on two cores. Writes
+``bench/results/encoder_source_holdout.json``; needs the ``train`` extra (scikit-learn).
+
+    .venv/bin/python -m bench.encoder_source_holdout --data ../shared/datasets/routing models/intent/data … \\
+        --threshold-data … --exclude-data …   (the paths of docs/intent.md, *Commands*)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import multiprocessing
+import os
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def _train_config(card: dict):
+    from models.intent.train import TrainConfig
+
+    m = card["model"]
+    if m.get("type") != "hidden_layer":
+        raise ValueError("this bench refits the hidden-layer n-gram model the card describes")
+    return TrainConfig(seed=int(m["seed"]), augment_copies=int(m["augment_copies"]),
+                       kiosk_weight=float(m["kiosk_weight"]), model="hidden-layer", hidden=int(m["hidden_units"]),
+                       epochs=int(m["epochs"]), alpha=float(m["alpha"]), source_holdout=False,
+                       split_recall=float(card["thresholds"]["split_recall"]))
+
+
+def _logit(p: np.ndarray) -> np.ndarray:
+    p = np.clip(p, 1e-6, 1 - 1e-6)
+    return np.log(p / (1 - p))
+
+
+def _job(source: str, rest: np.ndarray, held: np.ndarray, ctx: dict) -> dict:
+    """One source: the n-gram stage and the head fitted on ``rest``, both stages scored on ``held``."""
+    from sklearn.neural_network import MLPClassifier
+
+    from models.encoder.build import HEAD_ALPHA, HEAD_EPOCHS, HEAD_UNITS, KIOSK_COPIES, SEED
+    from models.intent.train import _fit, _p_complex
+
+    started = time.time()
+    rows, design, tc, emb = ctx["rows"], ctx["design"], ctx["tc"], ctx["embeddings"]
+    p_raw = _p_complex(design, _fit(design, rest, tc), held)
+    p_ngram = 1 / (1 + np.exp(-(_logit(p_raw) - ctx["label_shift"])))  # as the shipped graph: cut baked in
+
+    y = np.asarray([rows[i].label == "complex" for i in rest])
+    kiosk = np.flatnonzero([rows[i].source.startswith("kiosk") for i in rest])
+    idx = np.concatenate([np.arange(rest.size)] + [kiosk] * (KIOSK_COPIES - 1))
+    mlp = MLPClassifier(hidden_layer_sizes=(HEAD_UNITS,), alpha=HEAD_ALPHA, max_iter=HEAD_EPOCHS, random_state=SEED)
+    mlp.fit(emb[rest][idx], y[idx])
+    hidden = np.maximum(emb[held] @ mlp.coefs_[0] + mlp.intercepts_[0], 0)
+    head_logit = (hidden @ mlp.coefs_[1] + mlp.intercepts_[1])[:, 0]
+
+    stack, cut = ctx["stack"], ctx["cut"]
+    unsure = np.maximum(p_ngram, 1 - p_ngram) < stack.band_confidence
+    p_final = np.asarray([stack.p_complex(float(p), float(z)) if u else float(p)
+                          for p, z, u in zip(p_ngram, head_logit, unsure, strict=True)])
+    is_complex = np.asarray([rows[i].label == "complex" for i in held])
+
+    def routed_right(p_complex: np.ndarray) -> float:
+        to_cloud = (1 - p_complex) < cut
+        return round(float(np.mean(to_cloud == is_complex)), 4)
+
+    return {
+        "n": int(held.size), "labels": dict(Counter(rows[i].label for i in held)),
+        "ngram_label_accuracy": round(float(np.mean((p_raw >= 0.5) == is_complex)), 4),  # the card's measure
+        "ngram_routing_accuracy": routed_right(p_ngram),
+        "cascade_routing_accuracy": routed_right(p_final),
+        "encoder_share": round(float(unsure.mean()), 4),
+        "seconds": round(time.time() - started, 1),
+    }
+
+
+_CTX: dict = {}
+
+
+def _worker(jobs: list, queue) -> None:
+    for source, rest, held in jobs:
+        try:
+            queue.put((source, _job(source, rest, held, _CTX)))
+        except Exception as exc:  # reported, never a silent hang
+            queue.put((source, {"error": repr(exc)}))
+
+
+def measure(model_dir: Path, data: list[str], threshold_data: list[str], exclude_data: list[str], log=print) -> dict:
+    from models.intent.augment import Phrases
+    from models.intent.features import FeatureConfig
+    from models.intent.runtime import CARD_FILE, IntentClassifier
+    from models.intent.train import KIOSK_SOURCE_PREFIX, _design, prepare_run_rows
+
+    card = json.loads((model_dir / CARD_FILE).read_text(encoding="utf-8"))
+    prepared, _train = prepare_run_rows(card, data, threshold_data, exclude_data)
+    rows, train_idx = prepared.rows, prepared.train_idx
+    tc = _train_config(card)
+    phrases = Phrases.load()
+    if phrases.sources() != card["model"]["augment_phrases"]:
+        raise ValueError("the augmentation phrases differ from the card's: the refit would not be the card's recipe")
+    started = time.time()
+    design = _design(rows, FeatureConfig.from_dict(card["features"]), tc, phrases)
+    log(f"design: {design.x.shape[0]} rows of features ({len(rows)} texts) in {time.time() - started:.0f} s")
+
+    clf = IntentClassifier.load(model_dir)
+    if clf.encoder is None:
+        raise ValueError(f"{model_dir} has no encoder stage")
+    started = time.time()
+    embeddings = np.stack([clf.encoder.embedding(r.text) for r in rows]).astype(np.float32)
+    log(f"embedded {len(rows)} texts in {time.time() - started:.0f} s")
+
+    decision = float(card["thresholds"]["decision_p_complex"])
+    _CTX.update(rows=rows, design=design, tc=tc, embeddings=embeddings, stack=clf.encoder.stack,
+                cut=clf.confidence_threshold, label_shift=math.log(decision / (1 - decision)))
+    jobs = []
+    train_set = set(train_idx.tolist())
+    for source in sorted({r.source for r in rows if not r.source.startswith(KIOSK_SOURCE_PREFIX)}):
+        held = np.asarray([i for i, r in enumerate(rows) if r.source == source], dtype=np.int64)
+        rest = np.asarray([i for i in sorted(train_set) if rows[i].source != source], dtype=np.int64)
+        if held.size >= 20:
+            jobs.append((source, rest, held))
+    workers = min(len(jobs), os.cpu_count() or 1, 2)
+    results: dict = {}
+    if workers < 2 or "fork" not in multiprocessing.get_all_start_methods():
+        for source, rest, held in jobs:
+            results[source] = _job(source, rest, held, _CTX)
+            log(f"  {source:<18} {results[source]}")
+    else:
+        context = multiprocessing.get_context("fork")
+        queue = context.Queue()
+        procs = [context.Process(target=_worker, args=(jobs[k::workers], queue)) for k in range(workers)]
+        for proc in procs:
+            proc.start()
+        try:
+            while len(results) < len(jobs):
+                source, figures = queue.get(timeout=3600)
+                results[source] = figures
+                log(f"  {source:<18} {figures}")
+        finally:
+            for proc in procs:
+                proc.join(5)
+                if proc.is_alive():
+                    proc.terminate()
+    card_holdout = card.get("metrics", {}).get("source_holdout", {})
+    for source, figures in results.items():
+        figures["card_ngram_label_accuracy"] = card_holdout.get(source, {}).get("accuracy")
+    return {"model": card["version"], "cut_simple_min_confidence": clf.confidence_threshold,
+            "band_confidence": clf.encoder.stack.band_confidence, "sources": dict(sorted(results.items()))}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", type=Path, default=None, metavar="DIR",
+                        help="a model with both stages (default: the shipped one)")
+    parser.add_argument("--data", nargs="+", required=True, metavar="PATH", help="the model's train-intent --data")
+    parser.add_argument("--threshold-data", nargs="+", required=True, metavar="PATH")
+    parser.add_argument("--exclude-data", nargs="+", default=[], metavar="PATH")
+    parser.add_argument("--out", type=Path, default=RESULTS / "encoder_source_holdout.json")
+    args = parser.parse_args(argv)
+    from models.intent.runtime import DEFAULT_MODEL_DIR
+
+    report = measure(args.model or DEFAULT_MODEL_DIR, args.data, args.threshold_data, args.exclude_data)
+    report["machine"] = {"cpus": os.cpu_count()}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2))
+    print(f"\nleave one source out, model {report['model']}, routed at simple confidence >= "
+          f"{report['cut_simple_min_confidence']}")
+    print(f"{'source':<18} {'n':>5} {'label':>8}  card n-gram  n-gram routed  cascade routed  encoder share")
+    for source, f in report["sources"].items():
+        if "error" in f:
+            print(f"{source:<18} error: {f['error']}")
+            continue
+        label = max(f["labels"], key=f["labels"].get)
+        card = f"{f['card_ngram_label_accuracy']:.4f}" if f["card_ngram_label_accuracy"] is not None else "-"
+        print(f"{source:<18} {f['n']:>5} {label:>8}  {card:>11}  {f['ngram_routing_accuracy']:>13.4f}  "
+              f"{f['cascade_routing_accuracy']:>14.4f}  {f['encoder_share']:>13.4f}")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
