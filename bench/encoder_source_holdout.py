@@ -169,21 +169,50 @@ def measure(model_dir: Path, data: list[str], threshold_data: list[str], exclude
             "band_confidence": clf.encoder.stack.band_confidence, "sources": dict(sorted(results.items()))}
 
 
+def write_to_card(model_dir: Path, report: dict) -> None:
+    """Record the figures in the model's card (``encoder.source_holdout``; ``eval-intent`` prints them), for the
+    model they were measured on only."""
+    from models.intent.runtime import CARD_FILE
+    from models.intent.train import write_card
+
+    card = json.loads((model_dir / CARD_FILE).read_text(encoding="utf-8"))
+    if card["version"] != report["model"] or not card.get("encoder"):
+        raise ValueError(f"the report is of {report['model']}, not of {model_dir}'s model {card['version']}")
+    keep = ("n", "labels", "ngram_routing_accuracy", "cascade_routing_accuracy", "encoder_share")
+    card["encoder"]["source_holdout"] = {
+        "by": "bench/encoder_source_holdout.py: both stages refitted without the source, routed at the card's cut",
+        "sources": {source: {k: f[k] for k in keep} for source, f in report["sources"].items() if "error" not in f},
+    }
+    write_card(card, model_dir)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", type=Path, default=None, metavar="DIR",
                         help="a model with both stages (default: the shipped one)")
-    parser.add_argument("--data", nargs="+", required=True, metavar="PATH", help="the model's train-intent --data")
-    parser.add_argument("--threshold-data", nargs="+", required=True, metavar="PATH")
+    parser.add_argument("--data", nargs="+", default=[], metavar="PATH", help="the model's train-intent --data")
+    parser.add_argument("--threshold-data", nargs="+", default=[], metavar="PATH")
     parser.add_argument("--exclude-data", nargs="+", default=[], metavar="PATH")
     parser.add_argument("--out", type=Path, default=RESULTS / "encoder_source_holdout.json")
+    parser.add_argument("--write-card", action="store_true",
+                        help="record the figures in the model's card (encoder.source_holdout)")
+    parser.add_argument("--from-report", type=Path, default=None, metavar="JSON",
+                        help="print (and with --write-card record) a report already measured, measuring nothing")
     args = parser.parse_args(argv)
     from models.intent.runtime import DEFAULT_MODEL_DIR
 
-    report = measure(args.model or DEFAULT_MODEL_DIR, args.data, args.threshold_data, args.exclude_data)
-    report["machine"] = {"cpus": os.cpu_count()}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2))
+    model_dir = args.model or DEFAULT_MODEL_DIR
+    if args.from_report is not None:
+        report = json.loads(args.from_report.read_text(encoding="utf-8"))
+    else:
+        if not args.data or not args.threshold_data:
+            parser.error("--data and --threshold-data are required unless --from-report is given")
+        report = measure(model_dir, args.data, args.threshold_data, args.exclude_data)
+        report["machine"] = {"cpus": os.cpu_count()}
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(report, indent=2))
+    if args.write_card:
+        write_to_card(model_dir, report)
     print(f"\nleave one source out, model {report['model']}, routed at simple confidence >= "
           f"{report['cut_simple_min_confidence']}")
     print(f"{'source':<18} {'n':>5} {'label':>8}  card n-gram  n-gram routed  cascade routed  encoder share")
@@ -195,7 +224,10 @@ def main(argv: list[str] | None = None) -> int:
         card = f"{f['card_ngram_label_accuracy']:.4f}" if f["card_ngram_label_accuracy"] is not None else "-"
         print(f"{source:<18} {f['n']:>5} {label:>8}  {card:>11}  {f['ngram_routing_accuracy']:>13.4f}  "
               f"{f['cascade_routing_accuracy']:>14.4f}  {f['encoder_share']:>13.4f}")
-    print(f"wrote {args.out}")
+    if args.from_report is None:
+        print(f"wrote {args.out}")
+    if args.write_card:
+        print(f"recorded in {model_dir / 'card.json'} (encoder.source_holdout)")
     return 0
 
 

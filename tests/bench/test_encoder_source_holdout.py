@@ -55,3 +55,38 @@ def test_with_a_full_band_every_row_goes_to_the_encoder(context) -> None:
 def test_only_a_hidden_layer_card_is_refitted() -> None:
     with pytest.raises(ValueError, match="hidden-layer"):
         _train_config({"model": {"type": "logistic_regression"}, "thresholds": {"split_recall": 0.995}})
+
+
+def test_the_figures_are_recorded_in_the_card_of_the_model_they_were_measured_on(tmp_path: Path) -> None:
+    import json
+    import shutil
+
+    from bench.encoder_source_holdout import write_to_card
+    from models.intent.evaluate import format_report
+    from models.intent.runtime import DEFAULT_MODEL_DIR, IntentClassifier
+
+    model = tmp_path / "model"
+    shutil.copytree(DEFAULT_MODEL_DIR, model, ignore=shutil.ignore_patterns("__init__.py", "__pycache__"))
+    version = json.loads((model / "card.json").read_text())["version"]
+    figures = {"n": 50, "labels": {"simple": 50}, "ngram_routing_accuracy": 0.8, "cascade_routing_accuracy": 0.9,
+               "encoder_share": 0.2, "seconds": 1.0}
+    with pytest.raises(ValueError, match="not of"):
+        write_to_card(model, {"model": "another-model", "sources": {"clinc150": figures}})
+    write_to_card(model, {"model": version, "sources": {"clinc150": figures, "broken": {"error": "x"}}})
+    card = IntentClassifier.load(model).card
+    recorded = card["encoder"]["source_holdout"]["sources"]
+    assert recorded == {"clinc150": {k: v for k, v in figures.items() if k != "seconds"}}
+    assert card["version"] == version  # the model is the same; its card says more
+    report = {"source_holdout_from_card": {"clinc150": {"n": 50, "accuracy": 0.7}},
+              "source_holdout_both_stages_from_card": card["encoder"]["source_holdout"]}
+    lines = [line for line in _holdout_lines(report, format_report) if "clinc150" in line]
+    assert lines and "0.8000" in lines[0] and "0.9000" in lines[0]
+
+
+def _holdout_lines(holdout: dict, format_report) -> list[str]:
+    """format_report's leave-one-source-out lines, from a report that has only those fields filled."""
+    from models.intent.evaluate import evaluate
+
+    report = evaluate([str(Path(__file__).resolve().parents[2] / "models" / "intent" / "data" / "heldout_v47")])
+    report.update(holdout)
+    return format_report(report).splitlines()
