@@ -22,12 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 from collections.abc import Awaitable, Callable
 
 from .hedging import First
-
-log = logging.getLogger("edgecloud.pipeline")
 
 
 class EarlyStarts:
