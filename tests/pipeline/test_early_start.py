@@ -256,3 +256,23 @@ def test_a_failing_encoder_leaves_the_first_stages_decision() -> None:
         assert preview.decision.route == "edge" and "encoder-failed" in preview.decision.rules
 
     asyncio.run(scenario())
+
+
+def test_a_hedged_final_decision_races_the_two_early_starts() -> None:
+    async def scenario() -> None:
+        records: list[RequestRecord] = []
+        edge = ScriptedEdge()
+        cloud = ScriptedCloud(gate=asyncio.Event())  # never opened: no first token from the cloud
+        borderline = Result("simple", 0.6, latency_ms=6.0, stage="encoder")  # under the 0.8 threshold: hedged
+        clf = Staged(UNSURE_SIMPLE, borderline)
+        pipeline = Pipeline(Router(RouterConfig(hedge_delay_s=0.0), clf), edge, cloud, observe=records.append)
+        clf.release.set()
+        answer = await pipeline.start(ask(TEXT, stream=True))
+        assert (answer.route, answer.reason) == ("edge", "hedge:edge-won")
+        assert answer.decision.hedge and answer.decision.rules[-1] == "early-start:edge+cloud"
+        await drain(answer)
+        await turns()
+        assert (edge.calls, cloud.calls, cloud.closed) == (1, 1, 1)  # each started once, the loser closed
+        assert (records[0].early_start, records[0].hedged, records[0].early_dropped) == ("kept", True, None)
+
+    asyncio.run(scenario())
