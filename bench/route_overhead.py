@@ -36,10 +36,18 @@ decision (docs/intent.md, *Latency*). ``--edge-threads N`` sets ``[edge] n_threa
 to see what leaving a core to the event loop buys the decision and costs the decode (there: one thread, P99
 0.51-0.61 ms and 85-87 tok/s, against 0.66-0.90 ms and 92-116 tok/s on both cores).
 
+With the classifier's encoder stage, a request the n-gram stage is unsure of has two times: ``decide`` (and
+``total``) runs until the backend that answers is called, which is at the n-gram stage's decision where that
+backend starts early (``[router] early_start``, ``--early-start``; ``Pipeline.decide_timed``), and ``decided``
+until the final decision is known. ``--kiosk-dir DIR`` draws the kiosk-length requests from held-out sets (text
+the router never trained on) instead of its training rows, on which the n-gram stage is rarely unsure.
+``--no-encoder`` runs the n-gram stage alone.
+
 Prints P50/P99 per stage and kind and writes ``bench/results/route_overhead.json``.
 
     .venv/bin/python -m bench.route_overhead [--requests 3000] [--long-share 0.5] [--no-cloud]
-        [--busy-cores N [--busy-nice K]] [--decode [--edge-threads N]]
+        [--busy-cores N [--busy-nice K]] [--decode [--edge-threads N]] [--kiosk-dir DIR ...]
+        [--early-start both|route|off] [--no-encoder]
 """
 
 from __future__ import annotations
