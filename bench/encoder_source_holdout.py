@@ -8,25 +8,26 @@ them, per source:
 * the n-gram stage refitted without the source (the card's recipe: ``TrainConfig`` from the card, the same
   design with its augmented copies), its output shifted by the card's label cut as the shipped graph is;
 * the encoder's head refitted without the source, on the shipped encoder's own embeddings (``encoder.onnx``'s
-  ``embedding`` output: what the device computes), with the build's recipe (``models/encoder/build.py``);
+  ``embedding`` output: what the device computes), with the build's recipe (``models.encoder.build.fit_head``);
 * the card's stack and band: both were fitted or set on the kiosk threshold split, which holds no shared source;
 * routed at the card's cut (``thresholds.simple_min_confidence``): the n-gram stage alone, and the cascade.
 
-The training paths must give the rows the card names (``prepare_run_rows``): pass the model's train-intent
-``--data``, ``--threshold-data`` and ``--exclude-data``. The fits share out over two forked processes (a fork
-reads the design matrix from its parent's memory). About 25 minutes on two cores. Writes
-``bench/results/encoder_source_holdout.json``; needs the ``train`` extra (scikit-learn).
+The rows must be the ones the card names (``prepare_run_rows``). By default they are read from the shipped model's
+paths in this repository (``bench/shipped_run.py``); the shipped model also trained on the shared routing data,
+which a clone does not have, so ``--shared-data DIR`` names that folder (without it the digest check says the rows
+differ). Another model takes its own ``--data``, ``--threshold-data`` and ``--exclude-data``. The jobs are
+``models.intent.train``'s own (``source_holdout_jobs``, run by ``run_holdout_jobs`` in forked processes). About 80
+minutes on two cores. Writes ``bench/results/encoder_source_holdout.json``; needs the ``train`` extra.
 
-    .venv/bin/python -m bench.encoder_source_holdout --data ../shared/datasets/routing models/intent/data … \\
-        --threshold-data … --exclude-data …   (the paths of docs/intent.md, *Commands*)
+    .venv/bin/python -m bench.encoder_source_holdout --shared-data DIR [--write-card] [--source clinc150 ...]
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
-import multiprocessing
 import os
 import sys
 import time
@@ -55,27 +56,19 @@ def _logit(p: np.ndarray) -> np.ndarray:
     return np.log(p / (1 - p))
 
 
-def _job(source: str, rest: np.ndarray, held: np.ndarray, ctx: dict) -> dict:
+def _job(rest: np.ndarray, held: np.ndarray, *, rows: list, design, tc, embeddings: np.ndarray, stack, cut: float,
+         label_shift: float) -> dict:
     """One source: the n-gram stage and the head fitted on ``rest``, both stages scored on ``held``."""
-    from sklearn.neural_network import MLPClassifier
-
-    from models.encoder.build import HEAD_ALPHA, HEAD_EPOCHS, HEAD_UNITS, KIOSK_COPIES, SEED
+    from models.encoder.build import fit_head
     from models.intent.train import _fit, _p_complex
 
     started = time.time()
-    rows, design, tc, emb = ctx["rows"], ctx["design"], ctx["tc"], ctx["embeddings"]
     p_raw = _p_complex(design, _fit(design, rest, tc), held)
-    p_ngram = 1 / (1 + np.exp(-(_logit(p_raw) - ctx["label_shift"])))  # as the shipped graph: cut baked in
+    p_ngram = 1 / (1 + np.exp(-(_logit(p_raw) - label_shift)))  # as the shipped graph: the label cut baked in
+    head = fit_head(embeddings[rest], np.asarray([rows[i].label == "complex" for i in rest]),
+                    np.asarray([rows[i].source.startswith("kiosk") for i in rest]))
+    head_logit = head.logits(embeddings[held])
 
-    y = np.asarray([rows[i].label == "complex" for i in rest])
-    kiosk = np.flatnonzero([rows[i].source.startswith("kiosk") for i in rest])
-    idx = np.concatenate([np.arange(rest.size)] + [kiosk] * (KIOSK_COPIES - 1))
-    mlp = MLPClassifier(hidden_layer_sizes=(HEAD_UNITS,), alpha=HEAD_ALPHA, max_iter=HEAD_EPOCHS, random_state=SEED)
-    mlp.fit(emb[rest][idx], y[idx])
-    hidden = np.maximum(emb[held] @ mlp.coefs_[0] + mlp.intercepts_[0], 0)
-    head_logit = (hidden @ mlp.coefs_[1] + mlp.intercepts_[1])[:, 0]
-
-    stack, cut = ctx["stack"], ctx["cut"]
     unsure = np.maximum(p_ngram, 1 - p_ngram) < stack.band_confidence
     p_final = np.asarray([stack.p_complex(float(p), float(z)) if u else float(p)
                           for p, z, u in zip(p_ngram, head_logit, unsure, strict=True)])
@@ -95,30 +88,22 @@ def _job(source: str, rest: np.ndarray, held: np.ndarray, ctx: dict) -> dict:
     }
 
 
-_CTX: dict = {}
-
-
-def _worker(jobs: list, queue) -> None:
-    for source, rest, held in jobs:
-        try:
-            queue.put((source, _job(source, rest, held, _CTX)))
-        except Exception as exc:  # reported, never a silent hang
-            queue.put((source, {"error": repr(exc)}))
-
-
-def measure(model_dir: Path, data: list[str], threshold_data: list[str], exclude_data: list[str], log=print) -> dict:
+def measure(model_dir: Path, data: list[str], threshold_data: list[str], exclude_data: list[str],
+            sources: tuple[str, ...] = (), log=print) -> dict:
+    """Both stages refitted without each shared source (``sources``: only those), scored on all of its rows."""
     from models.intent.augment import Phrases
     from models.intent.features import FeatureConfig
     from models.intent.runtime import CARD_FILE, IntentClassifier
-    from models.intent.train import KIOSK_SOURCE_PREFIX, _design, prepare_run_rows
+    from models.intent.train import _design, prepare_run_rows, run_holdout_jobs, source_holdout_jobs
 
     card = json.loads((model_dir / CARD_FILE).read_text(encoding="utf-8"))
     prepared, _train = prepare_run_rows(card, data, threshold_data, exclude_data)
-    rows, train_idx = prepared.rows, prepared.train_idx
+    rows = prepared.rows
     tc = _train_config(card)
     phrases = Phrases.load()
     if phrases.sources() != card["model"]["augment_phrases"]:
         raise ValueError("the augmentation phrases differ from the card's: the refit would not be the card's recipe")
+    jobs = [job for job in source_holdout_jobs(rows, prepared.train_idx) if not sources or job[0] in sources]
     started = time.time()
     design = _design(rows, FeatureConfig.from_dict(card["features"]), tc, phrases)
     log(f"design: {design.x.shape[0]} rows of features ({len(rows)} texts) in {time.time() - started:.0f} s")
@@ -131,42 +116,14 @@ def measure(model_dir: Path, data: list[str], threshold_data: list[str], exclude
     log(f"embedded {len(rows)} texts in {time.time() - started:.0f} s")
 
     decision = float(card["thresholds"]["decision_p_complex"])
-    _CTX.update(rows=rows, design=design, tc=tc, embeddings=embeddings, stack=clf.encoder.stack,
-                cut=clf.confidence_threshold, label_shift=math.log(decision / (1 - decision)))
-    jobs = []
-    train_set = set(train_idx.tolist())
-    for source in sorted({r.source for r in rows if not r.source.startswith(KIOSK_SOURCE_PREFIX)}):
-        held = np.asarray([i for i, r in enumerate(rows) if r.source == source], dtype=np.int64)
-        rest = np.asarray([i for i in sorted(train_set) if rows[i].source != source], dtype=np.int64)
-        if held.size >= 20:
-            jobs.append((source, rest, held))
-    workers = min(len(jobs), os.cpu_count() or 1, 2)
-    results: dict = {}
-    if workers < 2 or "fork" not in multiprocessing.get_all_start_methods():
-        for source, rest, held in jobs:
-            results[source] = _job(source, rest, held, _CTX)
-            log(f"  {source:<18} {results[source]}")
-    else:
-        context = multiprocessing.get_context("fork")
-        queue = context.Queue()
-        procs = [context.Process(target=_worker, args=(jobs[k::workers], queue)) for k in range(workers)]
-        for proc in procs:
-            proc.start()
-        try:
-            while len(results) < len(jobs):
-                source, figures = queue.get(timeout=3600)
-                results[source] = figures
-                log(f"  {source:<18} {figures}")
-        finally:
-            for proc in procs:
-                proc.join(5)
-                if proc.is_alive():
-                    proc.terminate()
+    work = functools.partial(_job, rows=rows, design=design, tc=tc, embeddings=embeddings, stack=clf.encoder.stack,
+                             cut=clf.confidence_threshold, label_shift=math.log(decision / (1 - decision)))
+    results = run_holdout_jobs(jobs, lambda _source, rest, held: work(rest, held), log)
     card_holdout = card.get("metrics", {}).get("source_holdout", {})
     for source, figures in results.items():
         figures["card_ngram_label_accuracy"] = card_holdout.get(source, {}).get("accuracy")
     return {"model": card["version"], "cut_simple_min_confidence": clf.confidence_threshold,
-            "band_confidence": clf.encoder.stack.band_confidence, "sources": dict(sorted(results.items()))}
+            "band_confidence": clf.encoder.stack.band_confidence, "sources": results}
 
 
 def write_to_card(model_dir: Path, report: dict) -> None:
@@ -190,9 +147,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", type=Path, default=None, metavar="DIR",
                         help="a model with both stages (default: the shipped one)")
-    parser.add_argument("--data", nargs="+", default=[], metavar="PATH", help="the model's train-intent --data")
-    parser.add_argument("--threshold-data", nargs="+", default=[], metavar="PATH")
-    parser.add_argument("--exclude-data", nargs="+", default=[], metavar="PATH")
+    parser.add_argument("--shared-data", type=Path, default=None, metavar="DIR",
+                        help="the shared routing data the shipped model also trained on (its datasets/routing folder)")
+    parser.add_argument("--data", nargs="+", default=None, metavar="PATH",
+                        help="the model's train-intent --data (default: the shipped model's, bench/shipped_run.py)")
+    parser.add_argument("--threshold-data", nargs="+", default=None, metavar="PATH")
+    parser.add_argument("--exclude-data", nargs="+", default=None, metavar="PATH")
+    parser.add_argument("--source", action="append", default=[], metavar="NAME",
+                        help="hold out only this source (repeatable; default: every shared source)")
     parser.add_argument("--out", type=Path, default=RESULTS / "encoder_source_holdout.json")
     parser.add_argument("--write-card", action="store_true",
                         help="record the figures in the model's card (encoder.source_holdout)")
@@ -205,9 +167,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.from_report is not None:
         report = json.loads(args.from_report.read_text(encoding="utf-8"))
     else:
-        if not args.data or not args.threshold_data:
-            parser.error("--data and --threshold-data are required unless --from-report is given")
-        report = measure(model_dir, args.data, args.threshold_data, args.exclude_data)
+        from bench.shipped_run import EXCLUDE_PATHS, THRESHOLD_PATHS, train_paths
+
+        shared = [str(args.shared_data)] if args.shared_data else []
+        data = args.data + shared if args.data else train_paths(args.shared_data)
+        try:
+            report = measure(model_dir, data, args.threshold_data or THRESHOLD_PATHS,
+                             args.exclude_data if args.exclude_data is not None else EXCLUDE_PATHS,
+                             tuple(args.source))
+        except (FileNotFoundError, ValueError) as exc:
+            hint = "" if args.shared_data or args.data else " (the shipped model needs --shared-data DIR)"
+            print(f"error: {exc}{hint}", file=sys.stderr)
+            return 2
         report["machine"] = {"cpus": os.cpu_count()}
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(report, indent=2))

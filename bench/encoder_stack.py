@@ -23,7 +23,7 @@ The device runs only onnxruntime and numpy, so the stack could not ship as it is
 encoder exported to ONNX and its tokenizer in Python, which ``models/encoder`` now holds.
 
     PYTHONPATH=/tmp/e5pkg .venv/bin/python -m bench.encoder_stack --eval models/intent/data/heldout_v45 \\
-        --public bench/data/routing --shared-data ../shared/datasets/routing \\
+        --public bench/data/routing --shared-data <the shared routing data> \\
         --json bench/results/encoder_stack_v45.json
 """
 
@@ -38,16 +38,11 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.shipped_run import EXCLUDE_PATHS, FOCUS, THRESHOLD_PATHS, train_paths
+
 D = "models/intent/data"
-FOCUS = (16, 22, 23, 24, 29)
-KIOSK_TRAIN_PATHS = [D] + [f"{D}/focus{n}/kiosk_focus{n}_{lang}.jsonl" for n in FOCUS for lang in ("en", "zh")]
-THRESHOLD_PATHS = [f"{D}/threshold", f"{D}/kiosk_test.jsonl", f"{D}/heldout", f"{D}/heldout_v15",
-                   f"{D}/heldout_v16", f"{D}/heldout_v17", f"{D}/heldout_v17/second_zh"]
-EXCLUDE_PATHS = [f"{D}/heldout_v5", "bench/data/routing"]
 KIOSK_SEEN_PATHS = [D] + [f"{D}/focus{n}" for n in (*FOCUS, 39)]
 SPLIT_RECALL = 0.995
-KIOSK_COPIES = 4
-SEED = 13
 
 
 class EmbeddingCache:
@@ -95,31 +90,29 @@ def _logit(p: np.ndarray) -> np.ndarray:
 
 @dataclass
 class Stack:
-    """The encoder MLP and the two-weight stack over it and the shipped model, with the stack's cut."""
+    """The encoder head and the two-weight stack over it and the shipped model, with the stack's cut."""
 
-    mlp: object
+    head: object  # models.encoder.export.Head
     stack: object
     cut: float
 
     def p_complex(self, shipped_p: np.ndarray, emb: np.ndarray) -> np.ndarray:
-        z = np.c_[_logit(shipped_p), _logit(self.mlp.predict_proba(emb)[:, 1])]
+        head_p = 1.0 / (1.0 + np.exp(-self.head.logits(emb)))
+        z = np.c_[_logit(shipped_p), _logit(head_p)]
         return self.stack.predict_proba(z)[:, 1]
 
 
 def fit_stack(train_emb: np.ndarray, train_y: np.ndarray, is_kiosk: np.ndarray, split_emb: np.ndarray,
               split_y: np.ndarray, split_shipped_p: np.ndarray) -> Stack:
     from sklearn.linear_model import LogisticRegression
-    from sklearn.neural_network import MLPClassifier
 
-    from models.encoder.build import cut_at_recall
+    from models.encoder.build import cut_at_recall, fit_head
 
-    idx = np.concatenate([np.arange(train_y.size)] + [np.flatnonzero(is_kiosk)] * (KIOSK_COPIES - 1))
-    mlp = MLPClassifier(hidden_layer_sizes=(128,), alpha=1e-3, max_iter=60, random_state=SEED)
-    mlp.fit(train_emb[idx], train_y[idx])
-    z = np.c_[_logit(split_shipped_p), _logit(mlp.predict_proba(split_emb)[:, 1])]
+    head = fit_head(train_emb, train_y, is_kiosk)
+    z = np.c_[_logit(split_shipped_p), _logit(1.0 / (1.0 + np.exp(-head.logits(split_emb))))]
     stack = LogisticRegression(C=1.0).fit(z, split_y)
     cut = cut_at_recall(stack.predict_proba(z)[:, 1], split_y, SPLIT_RECALL)
-    return Stack(mlp, stack, cut)
+    return Stack(head, stack, cut)
 
 
 def routing(p: np.ndarray, cut: float, is_complex: np.ndarray, langs: list[str]) -> dict:
@@ -141,8 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--eval", nargs="+", default=[], help="held-out folders or files to score")
     ap.add_argument("--public", nargs="*", default=[], help="scored without leaving seen rows out")
     ap.add_argument("--shared-data", type=Path, default=None, metavar="DIR",
-                    help="the shared routing data the shipped n-gram model also trained on (e.g. "
-                         "../shared/datasets/routing): round v45's K45 was fitted with it; without it the head "
+                    help="the shared routing data the shipped n-gram model also trained on (its datasets/routing "
+                         "folder): round v45's K45 was fitted with it; without it the head "
                          "learns from the kiosk rows shipped in models/intent/data alone")
     ap.add_argument("--cache", type=Path, default=Path("/tmp/encoder_stack_cache.npz"))
     ap.add_argument("--json", type=Path)
@@ -152,8 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     from models.intent.runtime import IntentClassifier
     from models.intent.train import prepare_rows
 
-    shared = [str(args.shared_data)] if args.shared_data else []
-    prepared = prepare_rows(shared + KIOSK_TRAIN_PATHS, THRESHOLD_PATHS, EXCLUDE_PATHS)
+    prepared = prepare_rows(train_paths(args.shared_data), THRESHOLD_PATHS, EXCLUDE_PATHS)
     cache = EmbeddingCache(args.cache)
     shipped = IntentClassifier.load(encoder=False)  # the n-gram model alone: the stack is built here
     shipped_cut = 1.0 - shipped.confidence_threshold
@@ -170,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"stack weights {model.stack.coef_.round(3).tolist()} bias {model.stack.intercept_.round(3).tolist()}; "
           f"cut {model.cut:.4f} (split recall {SPLIT_RECALL}); shipped cut {shipped_cut:.4f}")
 
+    shared = [str(args.shared_data)] if args.shared_data else []
     seen_rows, _ = ds.load_rows(ds.expand_paths(shared + KIOSK_SEEN_PATHS))
     seen = {ds.text_key(r.text) for r in seen_rows}
     report: dict = {"stack": {"weights": model.stack.coef_.tolist(), "bias": model.stack.intercept_.tolist(),

@@ -74,6 +74,17 @@ def _routing(cloud: np.ndarray, is_complex: np.ndarray) -> dict:
             "simple_to_cloud": sent, "simple_to_cloud_rate": round(sent / max(1, int((~is_complex).sum())), 4)}
 
 
+def fit_head(embeddings: np.ndarray, is_complex: np.ndarray, is_kiosk: np.ndarray) -> Head:
+    """The encoder head's recipe (round v45's ``K45``): one layer of ``HEAD_UNITS`` ReLU units on the embeddings,
+    the kiosk rows ``KIOSK_COPIES`` times (``MLPClassifier`` takes no sample weights), a fixed seed."""
+    from sklearn.neural_network import MLPClassifier
+
+    idx = np.concatenate([np.arange(is_complex.size)] + [np.flatnonzero(is_kiosk)] * (KIOSK_COPIES - 1))
+    mlp = MLPClassifier(hidden_layer_sizes=(HEAD_UNITS,), alpha=HEAD_ALPHA, max_iter=HEAD_EPOCHS, random_state=SEED)
+    mlp.fit(embeddings[idx], is_complex[idx])
+    return Head(mlp.coefs_[0], mlp.intercepts_[0], mlp.coefs_[1], mlp.intercepts_[1])
+
+
 def build_encoder_stage(model_dir: str | Path, out_dir: str | Path, *, e5_file: str | Path,
                         data: Sequence[str | Path], threshold_data: Sequence[str | Path],
                         exclude_data: Sequence[str | Path] = (), wordfreq_dir: str | Path | None = None,
@@ -82,7 +93,6 @@ def build_encoder_stage(model_dir: str | Path, out_dir: str | Path, *, e5_file: 
     """Write ``out_dir``: ``model_dir``'s intent model plus ``encoder.onnx`` and ``encoder_vocab.json``, and a
     card with an ``encoder`` section; return the card."""
     from sklearn.linear_model import LogisticRegression
-    from sklearn.neural_network import MLPClassifier
 
     src, out = Path(model_dir), Path(out_dir)
     if out.exists() and any(out.iterdir()):
@@ -123,16 +133,11 @@ def build_encoder_stage(model_dir: str | Path, out_dir: str | Path, *, e5_file: 
     y_train = np.asarray([r.label == COMPLEX for r in train])
     y_split = np.asarray([r.label == COMPLEX for r in split])
     e_train, e_split = embed(train, "training"), embed(split, "threshold-split")
-    kiosk = np.flatnonzero([r.source.startswith("kiosk") for r in train])
-    idx = np.concatenate([np.arange(len(train))] + [kiosk] * (KIOSK_COPIES - 1))
-    mlp = MLPClassifier(hidden_layer_sizes=(HEAD_UNITS,), alpha=HEAD_ALPHA, max_iter=HEAD_EPOCHS, random_state=SEED)
-    mlp.fit(e_train[idx], y_train[idx])
-    head = Head(mlp.coefs_[0], mlp.intercepts_[0], mlp.coefs_[1], mlp.intercepts_[1])
+    head = fit_head(e_train, y_train, np.asarray([r.source.startswith("kiosk") for r in train]))
 
     ngram = IntentClassifier.load(src, encoder=False)
     p_ngram = np.asarray([ngram.predict_proba(r.text)[COMPLEX] for r in split])
-    head_logit = np.clip(np.maximum(e_split @ head.w1 + head.b1, 0) @ head.w2[:, 0] + head.b2[0],
-                         -LOGIT_CLIP, LOGIT_CLIP)
+    head_logit = np.clip(head.logits(e_split), -LOGIT_CLIP, LOGIT_CLIP)
     z = np.c_[[clipped_logit(p) for p in p_ngram], head_logit]
     stacker = LogisticRegression(C=1.0).fit(z, y_split)
     p_stack = stacker.predict_proba(z)[:, 1]

@@ -25,7 +25,7 @@ import os
 import queue as queue_module
 import random
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -232,19 +232,12 @@ def _holdout_accuracy(rows: list[ds.Row], rest: np.ndarray, held: np.ndarray, de
     return {"n": m["n"], "labels": dict(Counter(rows[i].label for i in held)), "accuracy": m["accuracy"]}
 
 
-def _holdout_worker(jobs: list[tuple[str, np.ndarray, np.ndarray]], rows: list[ds.Row], design: _Design,
-                    tc: TrainConfig, results: multiprocessing.queues.Queue) -> None:
-    for source, rest, held in jobs:
-        results.put((source, _holdout_accuracy(rows, rest, held, design, tc)))
+HoldoutJob = tuple[str, np.ndarray, np.ndarray]  # source, the rows fitted on (all but it), its rows
 
 
-def _source_holdout(rows: list[ds.Row], train_idx: np.ndarray, design: _Design, tc: TrainConfig, log) -> dict:
-    """Train without one whole shared source, test on all of that source's rows: does the model know
-    the request's difficulty, or only the source's style?
-
-    A hidden-layer fit takes minutes, so then the sources are shared out over forked processes, one a core:
-    a forked child reads the design matrix (a gigabyte) from its parent's memory instead of a pickled copy,
-    and sends back a few numbers. Each fit is deterministic, so the figures do not depend on the split."""
+def source_holdout_jobs(rows: list[ds.Row], train_idx: np.ndarray) -> list[HoldoutJob]:
+    """One job per shared source (kiosk sets are not sources to hold out): fit on every training row of the other
+    sources, test on all of its rows; sources of fewer than 20 rows, or whose absence leaves one label, are skipped."""
     jobs = []
     train_set = set(train_idx.tolist())
     for source in sorted({r.source for r in rows if not r.source.startswith(KIOSK_SOURCE_PREFIX)}):
@@ -252,18 +245,33 @@ def _source_holdout(rows: list[ds.Row], train_idx: np.ndarray, design: _Design, 
         rest = np.asarray([i for i in sorted(train_set) if rows[i].source != source], dtype=np.int64)
         if held.size >= 20 and len({rows[i].label for i in rest}) == 2:
             jobs.append((source, rest, held))
+    return jobs
+
+
+def _forked_worker(jobs: list[HoldoutJob], work: Callable[[str, np.ndarray, np.ndarray], dict],
+                   results: multiprocessing.queues.Queue) -> None:
+    for source, rest, held in jobs:
+        results.put((source, work(source, rest, held)))
+
+
+def run_holdout_jobs(jobs: list[HoldoutJob], work: Callable[[str, np.ndarray, np.ndarray], dict], log,
+                     forked: bool = True) -> dict:
+    """``work(source, rest, held)`` for every job; source -> its figures, in source order.
+
+    A hidden-layer fit takes minutes, so the jobs are shared out over forked processes, one a core: a forked
+    child reads the design matrix (a gigabyte) and whatever else ``work`` closes over from its parent's memory
+    instead of a pickled copy, and sends back a few numbers. Each fit is deterministic, so the figures do not
+    depend on the split. ``forked=False`` (or one core, or no fork) runs them here, one after the other."""
     workers = min(len(jobs), os.cpu_count() or 1)
     result: dict = {}
-    if tc.model == "logistic" or workers < 2 or "fork" not in multiprocessing.get_all_start_methods():
+    if not forked or workers < 2 or "fork" not in multiprocessing.get_all_start_methods():
         for source, rest, held in jobs:
-            result[source] = _holdout_accuracy(rows, rest, held, design, tc)
-            log(f"  source hold-out {source:<20} n={result[source]['n']:<5} "
-                f"accuracy={result[source]['accuracy']:.4f}")
+            result[source] = work(source, rest, held)
+            log(f"  source hold-out {source:<20} {result[source]}")
         return result
     context = multiprocessing.get_context("fork")
     queue = context.Queue()
-    procs = [context.Process(target=_holdout_worker, args=(jobs[k::workers], rows, design, tc, queue))
-             for k in range(workers)]
+    procs = [context.Process(target=_forked_worker, args=(jobs[k::workers], work, queue)) for k in range(workers)]
     for proc in procs:
         proc.start()
     try:
@@ -276,13 +284,21 @@ def _source_holdout(rows: list[ds.Row], train_idx: np.ndarray, design: _Design, 
                     raise RuntimeError(f"a source hold-out process failed (exit code {failed[0]})") from None
                 continue
             result[source] = figures
-            log(f"  source hold-out {source:<20} n={figures['n']:<5} accuracy={figures['accuracy']:.4f}")
+            log(f"  source hold-out {source:<20} {figures}")
     finally:
         for proc in procs:
             if proc.is_alive() and len(result) < len(jobs):
                 proc.terminate()
             proc.join()
     return dict(sorted(result.items()))
+
+
+def _source_holdout(rows: list[ds.Row], train_idx: np.ndarray, design: _Design, tc: TrainConfig, log) -> dict:
+    """Train without one whole shared source, test on all of that source's rows: does the model know
+    the request's difficulty, or only the source's style? (The logistic model's fit takes seconds: no fork.)"""
+    return run_holdout_jobs(source_holdout_jobs(rows, train_idx),
+                            lambda _source, rest, held: _holdout_accuracy(rows, rest, held, design, tc), log,
+                            forked=tc.model != "logistic")
 
 
 def cut_version(base: str, routing_cut_p_complex: float) -> str:

@@ -29,6 +29,10 @@ def context(routing_data: Path) -> dict:
             "label_shift": math.log(0.24 / 0.76)}
 
 
+def _run(rest, held, context: dict, stack: Stack) -> dict:
+    return _job(rest, held, stack=stack, **context)
+
+
 def _held_out(rows) -> tuple[str, np.ndarray, np.ndarray]:
     source = max({r.source for r in rows}, key=lambda s: sum(r.source == s for r in rows))
     held = np.asarray([i for i, r in enumerate(rows) if r.source == source])
@@ -37,18 +41,16 @@ def _held_out(rows) -> tuple[str, np.ndarray, np.ndarray]:
 
 
 def test_without_a_band_the_cascade_is_the_ngram_stage(context) -> None:
-    source, rest, held = _held_out(context["rows"])
-    never = {**context, "stack": Stack(0.6, 0.45, 0.0, band_confidence=0.0)}
-    figures = _job(source, rest, held, never)
+    _source, rest, held = _held_out(context["rows"])
+    figures = _run(rest, held, context, Stack(0.6, 0.45, 0.0, band_confidence=0.0))
     assert figures["n"] == held.size and figures["encoder_share"] == 0.0
     assert figures["cascade_routing_accuracy"] == figures["ngram_routing_accuracy"]
     assert 0.0 <= figures["ngram_label_accuracy"] <= 1.0
 
 
 def test_with_a_full_band_every_row_goes_to_the_encoder(context) -> None:
-    source, rest, held = _held_out(context["rows"])
-    always = {**context, "stack": Stack(0.0, 1.0, 0.0, band_confidence=1.01)}
-    figures = _job(source, rest, held, always)
+    _source, rest, held = _held_out(context["rows"])
+    figures = _run(rest, held, context, Stack(0.0, 1.0, 0.0, band_confidence=1.01))
     assert figures["encoder_share"] == 1.0 and 0.0 <= figures["cascade_routing_accuracy"] <= 1.0
 
 
@@ -90,3 +92,13 @@ def _holdout_lines(holdout: dict, format_report) -> list[str]:
     report = evaluate([str(Path(__file__).resolve().parents[2] / "models" / "intent" / "data" / "heldout_v47")])
     report.update(holdout)
     return format_report(report).splitlines()
+
+
+def test_the_shipped_model_without_the_shared_data_is_a_clear_error(capsys) -> None:
+    """A clone has no shared routing data: the default paths are the repository's, and the digest check says
+    what is missing instead of measuring other rows."""
+    from bench.encoder_source_holdout import main
+
+    assert main(["--out", "/dev/null"]) == 2
+    err = capsys.readouterr().err
+    assert "rows this model was trained on" in err and "--shared-data" in err
