@@ -56,12 +56,15 @@ class Staged:
 
 
 def staged_rig(first: Result, second: Result, edge: ScriptedEdge | None = None,
-               cloud: ScriptedCloud | None = None, no_cloud: bool = False, early_start: str = "both"):
+               cloud: ScriptedCloud | None = None, no_cloud: bool = False, classifier: Staged | None = None,
+               **router):
+    """A pipeline over scripted backends and a ``Staged`` classifier; ``router``: RouterConfig fields (hedging off
+    unless asked, early_start "both" as shipped)."""
     records: list[RequestRecord] = []
     edge = edge or ScriptedEdge()
     cloud = None if no_cloud else (cloud or ScriptedCloud(texts=("From the cloud.",)))
-    classifier = Staged(first, second)
-    pipeline = Pipeline(Router(RouterConfig(hedge=False, early_start=early_start), classifier), edge, cloud,
+    classifier = classifier or Staged(first, second)
+    pipeline = Pipeline(Router(RouterConfig(**{"hedge": False, **router}), classifier), edge, cloud,
                         observe=records.append)
     return pipeline, classifier, edge, cloud, records
 
@@ -75,6 +78,16 @@ FINAL_COMPLEX = Result("complex", 0.95, latency_ms=6.0, stage="encoder")
 async def turns(n: int = 5) -> None:
     for _ in range(n):
         await settled()
+
+
+async def answer_once_started(pipeline: Pipeline, clf: Staged, *backends) -> object:
+    """A streamed request whose encoder finishes only once ``backends`` are generating (first events in hand)."""
+    start = asyncio.create_task(pipeline.start(ask(TEXT, stream=True)))
+    for backend in backends:
+        await backend.started.wait()
+    await turns()
+    clf.release.set()
+    return await start
 
 
 def test_both_backends_start_before_the_encoder_ends_and_the_agreeing_one_answers() -> None:
@@ -107,11 +120,7 @@ def test_both_backends_start_before_the_encoder_ends_and_the_agreeing_one_answer
 def test_the_device_never_answers_what_the_encoder_calls_complex() -> None:
     async def scenario() -> None:
         pipeline, clf, edge, cloud, records = staged_rig(UNSURE_SIMPLE, FINAL_COMPLEX)
-        start = asyncio.create_task(pipeline.start(ask(TEXT, stream=True)))
-        await edge.started.wait()
-        await turns()  # the device's first event is in hand before the encoder ends
-        clf.release.set()
-        answer = await start
+        answer = await answer_once_started(pipeline, clf, edge)  # the device's first event is in hand
         assert (answer.route, answer.reason) == ("cloud", "classifier:complex:0.95")
         assert await drain(answer) == "From the cloud."
         await turns()
@@ -124,11 +133,7 @@ def test_the_device_never_answers_what_the_encoder_calls_complex() -> None:
 def test_an_early_cloud_stream_with_its_first_token_is_closed_when_the_encoder_says_simple() -> None:
     async def scenario() -> None:
         pipeline, clf, edge, cloud, records = staged_rig(UNSURE_COMPLEX, FINAL_SIMPLE)
-        start = asyncio.create_task(pipeline.start(ask(TEXT, stream=True)))
-        await cloud.started.wait()
-        await turns()
-        clf.release.set()
-        answer = await start
+        answer = await answer_once_started(pipeline, clf, cloud)
         assert (answer.route, answer.reason) == ("edge", "classifier:simple:0.99")
         await drain(answer)
         await turns()
@@ -141,12 +146,8 @@ def test_an_early_cloud_stream_with_its_first_token_is_closed_when_the_encoder_s
 def test_a_complex_final_decision_with_no_cloud_is_refused_and_the_early_device_start_closed() -> None:
     async def scenario() -> None:
         pipeline, clf, edge, _, _ = staged_rig(UNSURE_SIMPLE, FINAL_COMPLEX, no_cloud=True)
-        start = asyncio.create_task(pipeline.start(ask(TEXT, stream=True)))
-        await edge.started.wait()
-        await turns()
-        clf.release.set()
         with pytest.raises(Refused):
-            await start
+            await answer_once_started(pipeline, clf, edge)
         await turns()
         assert (edge.calls, edge.closed) == (1, 1)
 
@@ -244,10 +245,7 @@ def test_a_failing_encoder_leaves_the_first_stages_decision() -> None:
             raise RuntimeError("onnxruntime: bad allocation")
 
     async def scenario() -> None:
-        records: list[RequestRecord] = []
-        edge, cloud = ScriptedEdge(), ScriptedCloud(texts=("From the cloud.",))
-        pipeline = Pipeline(Router(RouterConfig(hedge=False), Broken(UNSURE_SIMPLE, FINAL_COMPLEX)), edge, cloud,
-                            observe=records.append)
+        pipeline, *_ = staged_rig(UNSURE_SIMPLE, FINAL_COMPLEX, classifier=Broken(UNSURE_SIMPLE, FINAL_COMPLEX))
         answer = await pipeline.start(ask(TEXT))
         assert (answer.route, answer.reason) == ("edge", "classifier:simple:0.90")
         assert "encoder-failed" in answer.decision.rules
@@ -260,12 +258,10 @@ def test_a_failing_encoder_leaves_the_first_stages_decision() -> None:
 
 def test_a_hedged_final_decision_races_the_two_early_starts() -> None:
     async def scenario() -> None:
-        records: list[RequestRecord] = []
-        edge = ScriptedEdge()
-        cloud = ScriptedCloud(gate=asyncio.Event())  # never opened: no first token from the cloud
         borderline = Result("simple", 0.6, latency_ms=6.0, stage="encoder")  # under the 0.8 threshold: hedged
-        clf = Staged(UNSURE_SIMPLE, borderline)
-        pipeline = Pipeline(Router(RouterConfig(hedge_delay_s=0.0), clf), edge, cloud, observe=records.append)
+        pipeline, clf, edge, cloud, records = staged_rig(
+            UNSURE_SIMPLE, borderline, cloud=ScriptedCloud(gate=asyncio.Event()),  # the cloud never answers
+            hedge=True, hedge_delay_s=0.0)
         clf.release.set()
         answer = await pipeline.start(ask(TEXT, stream=True))
         assert (answer.route, answer.reason) == ("edge", "hedge:edge-won")
