@@ -263,14 +263,11 @@ def _route_and_timing(gw, text):
 
 
 def _early_starts(gw) -> dict:
-    from prometheus_client.parser import text_string_to_metric_families
+    from tests.observability.helpers import metric_values, value
 
-    counts: dict = {}
-    for family in text_string_to_metric_families(httpx.get(gw.base_url + "/metrics", timeout=10).text):
-        for sample in family.samples:
-            if sample.name == "edgecloud_early_starts_total":
-                counts[(sample.labels["backend"], sample.labels["outcome"])] = sample.value
-    return counts
+    values = metric_values(httpx.get(gw.base_url + "/metrics", timeout=10).text)
+    return {(backend, outcome): value(values, "edgecloud_early_starts_total", backend=backend, outcome=outcome)
+            for backend in ("edge", "cloud") for outcome in ("used", "dropped")}
 
 
 def test_the_encoder_decides_while_both_backends_start(gw, fake):
