@@ -73,7 +73,8 @@ def _network(path: Path) -> HiddenLayerModel:
     missing = {"w1", "b1", "w2", "b2"} - arrays.keys()
     if missing:
         raise ValueError(f"{path} lacks {sorted(missing)}: not a hidden-layer intent graph")
-    return HiddenLayerModel(w1=arrays["w1"], b1=arrays["b1"], w2=arrays["w2"], b2=float(arrays["b2"]))
+    return HiddenLayerModel(w1=arrays["w1"], b1=arrays["b1"], w2=arrays["w2"], b2=float(arrays["b2"]),
+                            w1_scale=arrays.get("w1_scale"))
 
 
 def recut(model_dir: str | Path, out_dir: str | Path, *, data: Sequence[str | Path],

@@ -468,7 +468,9 @@ def train_intent(
 
     fitted = fitted.shifted(logit(th.decision_p_complex))
     data_digest = ds.digest(train)
-    version = cut_version(f"{MODEL_VERSION_MAJOR}.{fc.version}.{data_digest[:12]}", th.routing_cut_p_complex)
+    # the rows name the weights only with the format they are stored in: the hidden layer's int8 table says so
+    stored = "-int8" if tc.model == "hidden-layer" else ""
+    version = cut_version(f"{MODEL_VERSION_MAJOR}.{fc.version}.{data_digest[:12]}{stored}", th.routing_cut_p_complex)
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -483,7 +485,7 @@ def train_intent(
             **({"type": "logistic_regression", "solver": "liblinear (dual)", "C": tc.c}
                if tc.model == "logistic" else
                {"type": "hidden_layer", "hidden_units": tc.hidden, "activation": "relu", "solver": "adam",
-                "epochs": tc.epochs, "alpha": tc.alpha, "first_layer_dtype": "float16"}),
+                "epochs": tc.epochs, "alpha": tc.alpha, "first_layer_dtype": "int8, one float16 scale a row"}),
             "seed": tc.seed,
             "augment_copies": tc.augment_copies,
             "augment_kinds": [KINDS[k % len(KINDS)] for k in range(tc.augment_copies)],

@@ -8,13 +8,14 @@ import random
 from pathlib import Path
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 from scipy import sparse
 
 from models import cli as models_cli
 from models.intent.features import FeatureConfig, featurize
-from models.intent.hidden_layer import HiddenLayerModel, fit_hidden_layer
+from models.intent.hidden_layer import HiddenLayerModel, fit_hidden_layer, quantize_rows
 from models.intent.runtime import IntentClassifier
 from models.intent.train import TrainConfig
 
@@ -39,14 +40,18 @@ def _rows(fc: FeatureConfig, texts: tuple[str, ...]) -> sparse.csr_matrix:
     return m
 
 
-def test_the_onnx_graph_computes_the_fitted_network(tmp_path: Path) -> None:
+@pytest.mark.parametrize("table", ["int8", "float16"])
+def test_the_onnx_graph_computes_the_fitted_network(tmp_path: Path, table: str) -> None:
     """A random network, exported: onnxruntime on the sparse input gives the logit the trainer computed
-    (float16 first layer included), for repeated indices and for an empty request too."""
+    (the int8 first layer with its row scales, or a float16 one as models before it stored), for repeated
+    indices and for an empty request too."""
     fc = FeatureConfig()
     rng = np.random.default_rng(0)
-    model = HiddenLayerModel(w1=rng.normal(0, 1, (fc.dim, 4)).astype(np.float16),
-                             b1=rng.normal(0, 1, 4).astype(np.float32), w2=rng.normal(0, 1, 4).astype(np.float32),
-                             b2=0.3)
+    w1 = rng.normal(0, 1, (fc.dim, 4))
+    first = dict(zip(("w1", "w1_scale"), quantize_rows(w1), strict=True)) if table == "int8" else {
+        "w1": w1.astype(np.float16)}
+    model = HiddenLayerModel(**first, b1=rng.normal(0, 1, 4).astype(np.float32),
+                             w2=rng.normal(0, 1, 4).astype(np.float32), b2=0.3)
     path = tmp_path / "m.onnx"
     model.shifted(0.5).export(path, "test")
     session = ort.InferenceSession(path.read_bytes(), providers=["CPUExecutionProvider"])
@@ -60,6 +65,19 @@ def test_the_onnx_graph_computes_the_fitted_network(tmp_path: Path) -> None:
                                        "values": np.array([1.0, 2.0], dtype=np.float32)})[0]
     assert repeated == pytest.approx(model.shifted(0.5).logit(sparse.csr_matrix(
         ([3.0], ([0], [5])), shape=(1, fc.dim)))[0], abs=1e-3)
+
+
+def test_rows_are_stored_in_int8_within_half_a_step_of_their_own_scale() -> None:
+    rng = np.random.default_rng(2)
+    w = rng.normal(0, 1, (50, 16)) * rng.choice([1e-3, 1.0, 30.0], 50)[:, None]
+    w[7] = 0.0
+    w[9] = 1e-9  # under float16's smallest scale over 127: the smallest scale, zeros
+    q, scale = quantize_rows(w)
+    assert q.dtype == np.int8 and scale.dtype == np.float16 and q.shape == w.shape and scale.shape == (50,)
+    wide = scale.astype(np.float64)[:, None]
+    assert np.all(np.abs(q.astype(np.float64) * wide - w) <= wide / 2)
+    assert np.abs(q[~np.isin(np.arange(50), [7, 9])]).max(axis=1).min() >= 126  # each row uses its range
+    assert scale[7] == 0 and not q[7].any() and not q[9].any()
 
 
 def test_fitting_is_deterministic_and_learns_an_interaction() -> None:
@@ -93,6 +111,10 @@ def test_train_intent_ships_a_hidden_layer_model_the_runtime_loads(tmp_path: Pat
                  "--no-source-holdout"]) == 0
     card = json.loads((out / "card.json").read_text(encoding="utf-8"))
     assert card["model"]["type"] == "hidden_layer" and card["model"]["hidden_units"] == 16
+    # the first layer is the int8 table with its row scales, and the version says so
+    stored = {t.name: t.data_type for t in onnx.load(str(out / "intent.onnx")).graph.initializer}
+    assert stored["w1"] == onnx.TensorProto.INT8 and stored["w1_scale"] == onnx.TensorProto.FLOAT16
+    assert card["version"].split("-cut")[0].endswith("-int8")
     clf = IntentClassifier.load(out)
     for text in TEXTS:
         result = clf.classify(text)
