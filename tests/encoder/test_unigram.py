@@ -56,3 +56,13 @@ def test_the_json_form_gives_the_same_tokenizer() -> None:
     for text in ("abc", "a  b\uff21", "zz bc", ""):
         assert again.content_ids(text) == tok.content_ids(text)
     assert again.unk_score == -30.0
+
+
+def test_the_json_scores_are_the_shortest_that_read_back_as_the_same_float32() -> None:
+    rng = np.random.default_rng(3)
+    scores = np.concatenate([[0, 0, 0, 0], -rng.random(len(PIECES) - 4) * 20]).astype(np.float32)
+    tok = UnigramTokenizer.build(PIECES, scores, {}, 0, 2, 3)
+    written = tok.to_json()["scores"]
+    assert np.array_equal(np.asarray(written, np.float32), scores)
+    assert all(len(repr(s)) <= len(repr(float(x))) for s, x in zip(written, scores, strict=True))
+    assert max(len(repr(s).lstrip("-").replace(".", "")) for s in written) <= 9
