@@ -70,15 +70,26 @@ def test_the_figures_are_recorded_in_the_card_of_the_model_they_were_measured_on
     model = tmp_path / "model"
     shutil.copytree(DEFAULT_MODEL_DIR, model, ignore=shutil.ignore_patterns("__init__.py", "__pycache__"))
     version = json.loads((model / "card.json").read_text())["version"]
-    figures = {"n": 50, "labels": {"simple": 50}, "ngram_routing_accuracy": 0.8, "cascade_routing_accuracy": 0.9,
-               "encoder_share": 0.2, "seconds": 1.0}
+    figures = {"n": 50, "labels": {"simple": 50}, "ngram_label_accuracy": 0.7, "ngram_routing_accuracy": 0.8,
+               "cascade_routing_accuracy": 0.9, "encoder_share": 0.2, "seconds": 1.0}
+    kept = {"n", "labels", "ngram_routing_accuracy", "cascade_routing_accuracy", "encoder_share"}
     with pytest.raises(ValueError, match="not of"):
         write_to_card(model, {"model": "another-model", "sources": {"clinc150": figures}})
     write_to_card(model, {"model": version, "sources": {"clinc150": figures, "broken": {"error": "x"}}})
     card = IntentClassifier.load(model).card
     recorded = card["encoder"]["source_holdout"]["sources"]
-    assert recorded == {"clinc150": {k: v for k, v in figures.items() if k != "seconds"}}
+    assert recorded == {"clinc150": {k: v for k, v in figures.items() if k in kept}}
     assert card["version"] == version  # the model is the same; its card says more
+    # the n-gram stage's own figures: a card that has them keeps them, a card without them gets the bench's
+    for own, expected in (({"clinc150": {"accuracy": 0.6, "labels": {"simple": 50}, "n": 50}}, 0.6), (None, 0.7)):
+        edited = json.loads((model / "card.json").read_text())
+        edited["metrics"].pop("source_holdout_by", None)
+        edited["metrics"]["source_holdout"] = own
+        (model / "card.json").write_text(json.dumps(edited))
+        write_to_card(model, {"model": version, "sources": {"clinc150": figures}})
+        metrics = json.loads((model / "card.json").read_text())["metrics"]
+        assert metrics["source_holdout"]["clinc150"] == {"accuracy": expected, "labels": {"simple": 50}, "n": 50}
+        assert ("source_holdout_by" in metrics) == (own is None)
     report = {"source_holdout_from_card": {"clinc150": {"n": 50, "accuracy": 0.7}},
               "source_holdout_both_stages_from_card": card["encoder"]["source_holdout"]}
     lines = [line for line in _holdout_lines(report, format_report) if "clinc150" in line]
