@@ -79,9 +79,11 @@ def test_card(clf: IntentClassifier) -> None:
 
 
 def test_shipped_model_is_small() -> None:
-    """The bound for a shipped router model is 30 MB; the hidden layer's float16 first layer is 8 MB."""
-    size = (DEFAULT_MODEL_DIR / "intent.onnx").stat().st_size
-    assert size < 12 * 1024 * 1024
+    """The whole model folder a fleet update moves, both stages and their card, stays at 30 MB or less; the
+    n-gram stage's int8 first layer is 4.7 MB of it."""
+    files = [p for p in DEFAULT_MODEL_DIR.iterdir() if p.is_file()]
+    assert sum(p.stat().st_size for p in files) <= 30_000_000
+    assert (DEFAULT_MODEL_DIR / "intent.onnx").stat().st_size < 5_000_000
 
 
 def test_the_binding_run_gives_the_public_runs_probabilities(clf: IntentClassifier) -> None:
