@@ -134,7 +134,7 @@ def test_shipped_evaluation_files_hold_both_languages_and_labels() -> None:
     # lost file, so a new set raises it.
     paths = [DATA / "kiosk_test.jsonl", DATA / "threshold" / "kiosk_dev.jsonl",
              *sorted(DATA.glob("heldout*/*_test.jsonl")), *sorted(DATA.glob("kiosk_train_v*.jsonl"))]
-    assert len(paths) == 2 + 35 + 30
+    assert len(paths) == 2 + 37 + 30
     for path in paths:
         rows, _ = ds.load_rows([path])
         assert {r.lang for r in rows} >= {"en", "zh"}
@@ -144,9 +144,9 @@ def test_shipped_evaluation_files_hold_both_languages_and_labels() -> None:
 
 
 def test_the_shipped_model_never_read_the_held_out_sets() -> None:
-    """Its figures on heldout_v37-v48 are only estimates if it never read those sets (v37, v39, v41, v43, v45 and
-    v47 decided rounds, v38, v40, v42, v44, v46 and v48 are second estimates). heldout_v15 to heldout_v17 are its
-    threshold split, never training rows, and heldout_v5 is excluded. The read sets heldout_v18 to heldout_v36
+    """Its figures on heldout_v37-v50 are only estimates if it never read those sets (v37, v39, v41, v43, v45,
+    v47 and v49 decided rounds, v38, v40, v42, v44, v46, v48 and v50 are second estimates). heldout_v15 to
+    heldout_v17 are its threshold split, never training rows, and heldout_v5 is excluded. The read sets heldout_v18 to heldout_v36
     (there is no v34) are training rows at the kiosk weight, as their copies ``kiosk_train_v18.jsonl`` …
     ``kiosk_train_v36.jsonl`` (source ``kiosk_vN``); the held-out files themselves stay unread, the record of their
     rounds. The aimed rows of ``focus16/``, ``focus22/``, ``focus23/``, ``focus24/`` and ``focus29/`` are training
@@ -155,14 +155,14 @@ def test_the_shipped_model_never_read_the_held_out_sets() -> None:
     card = IntentClassifier.load().card
     read = set(card["training_data"]["files"])
     copies = (*range(18, 34), 35, 36)
-    held_out = {f"kiosk_heldout_v{k}_test.jsonl" for k in (5, *range(15, 34), *range(35, 49))} | {
+    held_out = {f"kiosk_heldout_v{k}_test.jsonl" for k in (5, *range(15, 34), *range(35, 51))} | {
         f"kiosk_heldout_v{k}_second_zh_test.jsonl" for k in (18, 19, 20)} | {"kiosk_heldout_v17_zh2_test.jsonl"}
     assert not read & held_out
     assert {"kiosk_heldout_v5_test.jsonl"} <= set(card["training_data"]["held_out_files"])
     assert {f"kiosk_train_v{k}.jsonl" for k in copies} <= read
     # No training row came from the sets the figures are estimates on, under any file name: the card counts
     # the rows it trained on by source.
-    unread = {f"{prefix}_v{k}" for prefix in ("heldout", "kiosk") for k in range(37, 49)}
+    unread = {f"{prefix}_v{k}" for prefix in ("heldout", "kiosk") for k in range(37, 51)}
     assert not unread & set(card["training_data"]["sources"])
     for k in copies:  # the copies are the held-out rows, texts and labels unchanged, at the kiosk weight
         copy, _ = ds.load_rows([DATA / f"kiosk_train_v{k}.jsonl"])
