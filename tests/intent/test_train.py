@@ -146,10 +146,10 @@ def test_shipped_evaluation_files_hold_both_languages_and_labels() -> None:
 def test_the_shipped_model_never_read_the_held_out_sets() -> None:
     """Its figures on heldout_v37-v50 are only estimates if it never read those sets (v37, v39, v41, v43, v45,
     v47 and v49 decided rounds, v38, v40, v42, v44, v46, v48 and v50 are second estimates). heldout_v15 to
-    heldout_v17 are its threshold split, never training rows, and heldout_v5 is excluded. The read sets heldout_v18 to heldout_v36
-    (there is no v34) are training rows at the kiosk weight, as their copies ``kiosk_train_v18.jsonl`` …
-    ``kiosk_train_v36.jsonl`` (source ``kiosk_vN``); the held-out files themselves stay unread, the record of their
-    rounds. The aimed rows of ``focus16/``, ``focus22/``, ``focus23/``, ``focus24/`` and ``focus29/`` are training
+    heldout_v17 are its threshold split, never training rows, and heldout_v5 is excluded. The read sets
+    heldout_v18 to heldout_v36 (there is no v34) are training rows at the kiosk weight, as their copies
+    ``kiosk_train_v18.jsonl`` … ``kiosk_train_v36.jsonl`` (source ``kiosk_vN``); the held-out files themselves
+    stay unread, the record of their rounds. The aimed rows of ``focus16/``, ``focus22/``, ``focus23/``, ``focus24/`` and ``focus29/`` are training
     rows too; those of ``focus39/`` are not (round v39). Its cut keeps recall 0.995 on the split, a margin over the
     0.99 constraint (round v25)."""
     card = IntentClassifier.load().card
