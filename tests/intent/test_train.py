@@ -149,9 +149,9 @@ def test_the_shipped_model_never_read_the_held_out_sets() -> None:
     heldout_v17 are its threshold split, never training rows, and heldout_v5 is excluded. The read sets
     heldout_v18 to heldout_v36 (there is no v34) are training rows at the kiosk weight, as their copies
     ``kiosk_train_v18.jsonl`` … ``kiosk_train_v36.jsonl`` (source ``kiosk_vN``); the held-out files themselves
-    stay unread, the record of their rounds. The aimed rows of ``focus16/``, ``focus22/``, ``focus23/``, ``focus24/`` and ``focus29/`` are training
-    rows too; those of ``focus39/`` are not (round v39). Its cut keeps recall 0.995 on the split, a margin over the
-    0.99 constraint (round v25)."""
+    stay unread, the record of their rounds. The aimed rows of ``focus16/``, ``focus22/``, ``focus23/``,
+    ``focus24/`` and ``focus29/`` are training rows too; those of ``focus39/`` are not (round v39). Its cut keeps
+    recall 0.995 on the split, a margin over the 0.99 constraint (round v25)."""
     card = IntentClassifier.load().card
     read = set(card["training_data"]["files"])
     copies = (*range(18, 34), 35, 36)
