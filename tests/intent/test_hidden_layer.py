@@ -67,6 +67,26 @@ def test_the_onnx_graph_computes_the_fitted_network(tmp_path: Path, table: str) 
         ([3.0], ([0], [5])), shape=(1, fc.dim)))[0], abs=1e-3)
 
 
+def test_the_table_is_widened_once_when_the_session_loads(tmp_path: Path) -> None:
+    """The int8 table and its scales are constants: onnxruntime folds their widening when the session loads, so
+    what runs per request gathers from one float32 table, as the float16 graph's did, with no dequantizing."""
+    from models.intent.runtime import _session_options
+
+    rng = np.random.default_rng(4)
+    q, scale = quantize_rows(rng.normal(0, 1, (64, 4)))
+    model = HiddenLayerModel(w1=q, w1_scale=scale, b1=np.zeros(4, np.float32), w2=np.ones(4, np.float32), b2=0.0)
+    model.export(tmp_path / "m.onnx", "test")
+    options = _session_options()
+    options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    ort.InferenceSession((tmp_path / "m.onnx").read_bytes(), options, providers=["CPUExecutionProvider"])
+    optimized = onnx.load(str(tmp_path / "optimized.onnx")).graph
+    constants = {t.name for t in optimized.initializer}
+    gather = next(n for n in optimized.node if n.op_type == "Gather")
+    assert gather.input[0] in constants and "Cast" not in {n.op_type for n in optimized.node}
+    table = next(t for t in optimized.initializer if t.name == gather.input[0])
+    assert np.array_equal(onnx.numpy_helper.to_array(table), q.astype(np.float32) * scale.astype(np.float32)[:, None])
+
+
 def test_rows_are_stored_in_int8_within_half_a_step_of_their_own_scale() -> None:
     rng = np.random.default_rng(2)
     w = rng.normal(0, 1, (50, 16)) * rng.choice([1e-3, 1.0, 30.0], 50)[:, None]
