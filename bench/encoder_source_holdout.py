@@ -51,20 +51,16 @@ def _train_config(card: dict):
                        split_recall=float(card["thresholds"]["split_recall"]))
 
 
-def _logit(p: np.ndarray) -> np.ndarray:
-    p = np.clip(p, 1e-6, 1 - 1e-6)
-    return np.log(p / (1 - p))
-
-
 def _job(rest: np.ndarray, held: np.ndarray, *, rows: list, design, tc, embeddings: np.ndarray, stack, cut: float,
          label_shift: float) -> dict:
     """One source: the n-gram stage and the head fitted on ``rest``, both stages scored on ``held``."""
     from models.encoder.build import fit_head
+    from models.encoder.runtime import clipped_logits
     from models.intent.train import _fit, _p_complex
 
     started = time.time()
     p_raw = _p_complex(design, _fit(design, rest, tc), held)
-    p_ngram = 1 / (1 + np.exp(-(_logit(p_raw) - label_shift)))  # as the shipped graph: the label cut baked in
+    p_ngram = 1 / (1 + np.exp(-(clipped_logits(p_raw) - label_shift)))  # as the shipped graph: the label cut baked in
     head = fit_head(embeddings[rest], np.asarray([rows[i].label == "complex" for i in rest]),
                     np.asarray([rows[i].source.startswith("kiosk") for i in rest]))
     head_logit = head.logits(embeddings[held])

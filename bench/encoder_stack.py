@@ -83,11 +83,6 @@ class EmbeddingCache:
         np.savez(self.path, keys=keys, vectors=np.stack(self._vectors))
 
 
-def _logit(p: np.ndarray) -> np.ndarray:
-    p = np.clip(p, 1e-6, 1 - 1e-6)
-    return np.log(p / (1 - p))
-
-
 @dataclass
 class Stack:
     """The encoder head and the two-weight stack over it and the shipped model, with the stack's cut."""
@@ -97,8 +92,9 @@ class Stack:
     cut: float
 
     def p_complex(self, shipped_p: np.ndarray, emb: np.ndarray) -> np.ndarray:
-        head_p = 1.0 / (1.0 + np.exp(-self.head.logits(emb)))
-        z = np.c_[_logit(shipped_p), _logit(head_p)]
+        from models.encoder.runtime import LOGIT_CLIP, clipped_logits
+
+        z = np.c_[clipped_logits(shipped_p), np.clip(self.head.logits(emb), -LOGIT_CLIP, LOGIT_CLIP)]
         return self.stack.predict_proba(z)[:, 1]
 
 
@@ -107,9 +103,10 @@ def fit_stack(train_emb: np.ndarray, train_y: np.ndarray, is_kiosk: np.ndarray, 
     from sklearn.linear_model import LogisticRegression
 
     from models.encoder.build import cut_at_recall, fit_head
+    from models.encoder.runtime import LOGIT_CLIP, clipped_logits
 
     head = fit_head(train_emb, train_y, is_kiosk)
-    z = np.c_[_logit(split_shipped_p), _logit(1.0 / (1.0 + np.exp(-head.logits(split_emb))))]
+    z = np.c_[clipped_logits(split_shipped_p), np.clip(head.logits(split_emb), -LOGIT_CLIP, LOGIT_CLIP)]
     stack = LogisticRegression(C=1.0).fit(z, split_y)
     cut = cut_at_recall(stack.predict_proba(z)[:, 1], split_y, SPLIT_RECALL)
     return Stack(head, stack, cut)

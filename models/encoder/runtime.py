@@ -41,6 +41,12 @@ def clipped_logit(p: float) -> float:
     return math.log(p / (1 - p))
 
 
+def clipped_logits(p: np.ndarray) -> np.ndarray:
+    """``clipped_logit`` of every element, for the benches that score arrays."""
+    p = np.clip(p, 1e-6, 1 - 1e-6)
+    return np.log(p / (1 - p))
+
+
 @dataclass(frozen=True)
 class Stack:
     """How the two stages' scores combine, and when the second one runs."""
